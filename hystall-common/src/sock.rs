@@ -1,0 +1,155 @@
+//! Per-socket aggregates and the events emitted when a socket changes state.
+
+/// Length of a task's `comm`.
+pub const COMM_LEN: usize = 16;
+
+/// `SockStats::flags`: the socket was connected by a monitored process
+/// (CLOSE → SYN_SENT in its context), so it is one of its outbound targets.
+pub const SOCK_OUTBOUND: u32 = 1 << 0;
+/// `SockStats::flags`: the 4-tuple in the entry is known.
+pub const SOCK_HAS_TUPLE: u32 = 1 << 1;
+/// `SockStats::flags`: the peer's receive window was zero at the last ACK.
+pub const SOCK_ZERO_WINDOW: u32 = 1 << 2;
+
+/// What the kernel keeps per TCP socket of a monitored process, keyed by cookie.
+///
+/// The kernel only aggregates; verdicts are made in user space.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockStats {
+    pub tgid: u32,
+    pub flags: u32,
+    pub comm: [u8; COMM_LEN],
+    pub tuple: Tuple,
+    /// Last TCP state seen (`TCP_ESTABLISHED` = 1, ...), 0 when unknown.
+    pub state: u32,
+    /// errno of the last failed send (positive), 0 when none.
+    pub last_errno: i32,
+    pub first_seen_ns: u64,
+    /// Send calls that reached the socket (`sock_send_length`).
+    pub send_calls: u64,
+    /// Bytes the sends moved into the socket.
+    pub send_bytes: u64,
+    /// Sends that failed with EAGAIN/EWOULDBLOCK.
+    pub send_eagain: u64,
+    /// Sends that failed with another error.
+    pub send_errors: u64,
+    /// Sends that moved fewer bytes than asked (write/sendto only).
+    pub short_sends: u64,
+    /// Last send that moved bytes.
+    pub last_send_ns: u64,
+    /// First failed or short send after the last full send; 0 = not blocked.
+    pub blocked_since_ns: u64,
+    /// Last time the peer acknowledged new data (snd_una advanced).
+    pub last_ack_ns: u64,
+    /// Bytes acknowledged by the peer while we watched.
+    pub acked_bytes: u64,
+    /// ACKs (incoming segments) seen.
+    pub acks: u64,
+    pub snd_una: u32,
+    pub snd_nxt: u32,
+    /// Peer's advertised window (bytes, unscaled by the tracepoint already).
+    pub snd_wnd: u32,
+    pub _pad: u32,
+}
+
+/// A TCP 4-tuple as the kernel stores it. Addresses are in network order; IPv4
+/// uses the first 4 bytes. Ports are in host order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tuple {
+    pub family: u16,
+    pub sport: u16,
+    pub dport: u16,
+    pub _pad: u16,
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+}
+
+/// A send syscall in flight on a thread of a monitored process (for blocking
+/// writers, which sit inside the syscall while the socket is full).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InflightSend {
+    pub tgid: u32,
+    pub nr: u32,
+    pub fd: u64,
+    pub count: u64,
+    pub start_ns: u64,
+}
+
+/// Kind of [`SockEvent`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SockEventKind {
+    /// First failed or short send after progress.
+    Blocked = 1,
+    /// A full send after being blocked.
+    Unblocked = 2,
+    /// TCP state change (connect, established, closing...).
+    State = 3,
+    /// `tcp_destroy_sock`: the socket is gone; `stats` are its final figures.
+    Destroyed = 4,
+    /// The peer's window closed (0) or opened again.
+    Window = 5,
+}
+
+/// Emitted to the ring buffer on state changes only. `stats` is a copy of the
+/// socket's aggregate after the change.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockEvent {
+    pub kind: u32,
+    /// For `State`: old state << 8 | new state. For `Blocked`: errno or 0 (short).
+    pub arg: u32,
+    pub ts_ns: u64,
+    pub cookie: u64,
+    pub stats: SockStats,
+}
+
+impl SockEvent {
+    pub fn kind(&self) -> Option<SockEventKind> {
+        Some(match self.kind {
+            1 => SockEventKind::Blocked,
+            2 => SockEventKind::Unblocked,
+            3 => SockEventKind::State,
+            4 => SockEventKind::Destroyed,
+            5 => SockEventKind::Window,
+            _ => return None,
+        })
+    }
+}
+
+/// Indexes of the per-CPU `COUNTERS` array.
+pub mod counter {
+    /// Ring buffer full: an event was lost (user space reports it, never hides it).
+    pub const EVENTS_LOST: u32 = 0;
+    /// Events written to the ring buffer.
+    pub const EVENTS_SENT: u32 = 1;
+    /// `SOCKS` insert failures.
+    pub const MAP_FULL: u32 = 2;
+    /// Number of counters.
+    pub const LEN: u32 = 4;
+}
+
+/// Sizes of the kernel maps (documented in docs/ARCHITECTURE.md).
+pub const MAX_SOCKS: u32 = 131_072;
+pub const MAX_PIDS: u32 = 1024;
+pub const MAX_INFLIGHT: u32 = 16_384;
+pub const EVENTS_RING_BYTES: u32 = 1 << 20;
+
+/// TCP states used by the programs.
+pub const TCP_ESTABLISHED: u32 = 1;
+pub const TCP_SYN_SENT: u32 = 2;
+pub const TCP_CLOSE: u32 = 7;
+pub const IPPROTO_TCP: u16 = 6;
+pub const AF_INET: u16 = 2;
+pub const AF_INET6: u16 = 10;
+
+#[cfg(feature = "user")]
+mod pod {
+    unsafe impl aya::Pod for super::SockStats {}
+    unsafe impl aya::Pod for super::Tuple {}
+    unsafe impl aya::Pod for super::InflightSend {}
+    unsafe impl aya::Pod for super::SockEvent {}
+}

@@ -1,0 +1,7 @@
+//! Rebuild the programs when bpf-linker changes (it is an undeclared dependency).
+fn main() {
+    match which::which("bpf-linker") {
+        Ok(path) => println!("cargo:rerun-if-changed={}", path.display()),
+        Err(err) => println!("cargo:warning=bpf-linker not found ({err}); run `cargo xtask setup`"),
+    }
+}

@@ -1,0 +1,173 @@
+//! Maps, load-time globals and the helpers every program shares.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use hystall_common::{
+    AF_INET, AF_INET6, EVENTS_RING_BYTES, InflightSend, MAX_INFLIGHT, MAX_PIDS, MAX_SOCKS, SendSyscalls, SockEvent,
+    SockEventKind, SockOffsets, SockStats, TpOffsets, Tuple, counter,
+};
+
+/// Offsets in `struct sock`, from the running kernel's BTF.
+#[unsafe(no_mangle)]
+static SOCK_OFFSETS: SockOffsets = SockOffsets::ZERO;
+/// Offsets in classic tracepoint records, from tracefs format files.
+#[unsafe(no_mangle)]
+static TP_OFFSETS: TpOffsets = TpOffsets::ZERO;
+/// Send-family syscall numbers of this architecture.
+#[unsafe(no_mangle)]
+static SEND_SYSCALLS: SendSyscalls = SendSyscalls::NONE;
+/// 1 = only processes in `PIDS` are watched; 0 = every process.
+#[unsafe(no_mangle)]
+static FILTER_PIDS: u8 = 0;
+
+/// Monitored processes (tgid → 1).
+#[map]
+pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_PIDS, 0);
+/// Per-socket aggregates, keyed by socket cookie. LRU: a socket whose destroy we
+/// missed cannot pin an entry forever.
+#[map]
+pub static SOCKS: LruHashMap<u64, SockStats> = LruHashMap::with_max_entries(MAX_SOCKS, 0);
+/// Send syscalls in flight, keyed by thread id.
+#[map]
+pub static INFLIGHT: HashMap<u32, InflightSend> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+/// State-change events for user space.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
+/// Health counters (see `hystall_common::counter`).
+/// Scratch space for a new `SockStats` (too large for the 512-byte BPF stack
+/// once an event is built beside it).
+#[map]
+pub static SCRATCH: PerCpuArray<SockStats> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::LEN, 0);
+
+#[inline(always)]
+pub fn sock_offsets() -> SockOffsets {
+    unsafe { core::ptr::read_volatile(&SOCK_OFFSETS) }
+}
+
+#[inline(always)]
+pub fn tp_offsets() -> TpOffsets {
+    unsafe { core::ptr::read_volatile(&TP_OFFSETS) }
+}
+
+#[inline(always)]
+pub fn send_syscalls() -> SendSyscalls {
+    unsafe { core::ptr::read_volatile(&SEND_SYSCALLS) }
+}
+
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// (tgid, tid) of the current task.
+#[inline(always)]
+pub fn current_ids() -> (u32, u32) {
+    let id = bpf_get_current_pid_tgid();
+    ((id >> 32) as u32, id as u32)
+}
+
+/// Whether `tgid` is one of the processes we watch.
+#[inline(always)]
+pub fn monitored(tgid: u32) -> bool {
+    let filter = unsafe { core::ptr::read_volatile(&FILTER_PIDS) };
+    filter == 0 || unsafe { PIDS.get(&tgid) }.is_some()
+}
+
+#[inline(always)]
+pub fn bump(idx: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(idx) {
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+pub fn comm() -> [u8; 16] {
+    bpf_get_current_comm().unwrap_or([0; 16])
+}
+
+/// Reads a `T` at `off` bytes into a kernel object.
+#[inline(always)]
+pub unsafe fn read_at<T: Copy + Default>(base: *const u8, off: u32) -> T {
+    unsafe { bpf_probe_read_kernel(base.add(off as usize) as *const T) }.unwrap_or_default()
+}
+
+/// Whether `sk` is a TCP socket (`sk->sk_protocol`).
+#[inline(always)]
+pub fn is_tcp(sk: *const u8, offs: &SockOffsets) -> bool {
+    offs.sk_protocol != 0 && unsafe { read_at::<u16>(sk, offs.sk_protocol) } == hystall_common::IPPROTO_TCP
+}
+
+/// The 4-tuple of `sk`, read through the BTF offsets.
+#[inline(always)]
+pub fn read_tuple(sk: *const u8, offs: &SockOffsets) -> Tuple {
+    let mut t = Tuple::default();
+    unsafe {
+        t.family = read_at::<u16>(sk, offs.skc_family);
+        t.sport = read_at::<u16>(sk, offs.skc_num);
+        t.dport = u16::from_be(read_at::<u16>(sk, offs.skc_dport));
+        if t.family == AF_INET {
+            let s: [u8; 4] = read_at(sk, offs.skc_rcv_saddr);
+            let d: [u8; 4] = read_at(sk, offs.skc_daddr);
+            t.saddr[..4].copy_from_slice(&s);
+            t.daddr[..4].copy_from_slice(&d);
+        } else if t.family == AF_INET6 {
+            t.saddr = read_at(sk, offs.skc_v6_rcv_saddr);
+            t.daddr = read_at(sk, offs.skc_v6_daddr);
+        }
+    }
+    t
+}
+
+/// Writes an event; a full ring buffer is counted, never silent. The stats are
+/// copied from the map value straight into the ring buffer (not via the stack).
+#[inline(always)]
+pub fn emit(kind: SockEventKind, arg: u32, ts_ns: u64, cookie: u64, stats: *const SockStats) {
+    match EVENTS.reserve::<SockEvent>(0) {
+        Some(mut entry) => {
+            let ev = entry.as_mut_ptr();
+            unsafe {
+                (*ev).kind = kind as u32;
+                (*ev).arg = arg;
+                (*ev).ts_ns = ts_ns;
+                (*ev).cookie = cookie;
+                core::ptr::copy_nonoverlapping(stats, &raw mut (*ev).stats, 1);
+            }
+            entry.submit(0);
+            bump(counter::EVENTS_SENT);
+        }
+        None => bump(counter::EVENTS_LOST),
+    }
+}
+
+/// Starts tracking `cookie` for a socket first seen in the current task's
+/// context, and returns a pointer to the map's entry.
+#[inline(always)]
+pub fn track_sock(cookie: u64, sk: *const u8, offs: &SockOffsets, now: u64, flags: u32) -> Option<*mut SockStats> {
+    let (tgid, _) = current_ids();
+    let scratch = SCRATCH.get_ptr_mut(0)?;
+    unsafe {
+        core::ptr::write_bytes(scratch, 0, 1);
+        let st = &mut *scratch;
+        st.tgid = tgid;
+        st.comm = comm();
+        st.tuple = read_tuple(sk, offs);
+        st.flags = hystall_common::SOCK_HAS_TUPLE | flags;
+        st.first_seen_ns = now;
+    }
+    if SOCKS.insert(&cookie, unsafe { &*scratch }, 0).is_err() {
+        bump(counter::MAP_FULL);
+        return None;
+    }
+    SOCKS.get_ptr_mut(&cookie)
+}
+
+/// The in-flight send of thread `tid`, if any.
+#[inline(always)]
+pub fn inflight(tid: u32) -> Option<InflightSend> {
+    unsafe { INFLIGHT.get(&tid) }.copied()
+}

@@ -1,0 +1,221 @@
+//! `hystall doctor`: what works on this kernel, what is degraded, what to do.
+//!
+//! Every check is done for real (load and attach each program, create the ring
+//! buffer, destroy a loopback socket of our own), not inferred from versions,
+//! except where a check would need a program that does not exist yet.
+
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::is_root;
+use crate::cli::DoctorArgs;
+use crate::sources::probes::{ProbeConfig, Probes, btf, tracefs};
+use crate::sources::sockdiag::SockDiag;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Degraded,
+    Missing,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
+}
+
+fn check(name: &str, status: Status, detail: impl Into<String>, advice: Option<&str>) -> Check {
+    Check { name: name.into(), status, detail: detail.into(), advice: advice.map(Into::into) }
+}
+
+pub fn run(args: DoctorArgs) -> Result<()> {
+    let checks = checks();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&checks)?);
+    } else {
+        let uname = kernel_release();
+        println!("hystall doctor — kernel {uname}, {}", std::env::consts::ARCH);
+        for c in &checks {
+            let tag = match c.status {
+                Status::Ok => "ok      ",
+                Status::Degraded => "DEGRADED",
+                Status::Missing => "MISSING ",
+            };
+            println!("  {tag} {:<36} {}", c.name, c.detail);
+            if let Some(a) = &c.advice {
+                println!("           {:<36} → {a}", "");
+            }
+        }
+        let bad = checks.iter().filter(|c| c.status != Status::Ok).count();
+        println!(
+            "{}",
+            if bad == 0 {
+                "everything hystall uses works here".to_string()
+            } else {
+                format!("{bad} check(s) need attention")
+            }
+        );
+    }
+    Ok(())
+}
+
+pub fn checks() -> Vec<Check> {
+    let mut out = Vec::new();
+    let root = is_root();
+    out.push(if root {
+        check("privileges", Status::Ok, "root", None)
+    } else {
+        check(
+            "privileges",
+            Status::Missing,
+            "not root",
+            Some("run with sudo (CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN are needed)"),
+        )
+    });
+
+    out.push(match btf::sock_offsets() {
+        Ok(o) => check(
+            "BTF",
+            Status::Ok,
+            format!("{} (struct sock: protocol at {}, family at {})", btf::VMLINUX_BTF, o.sk_protocol, o.skc_family),
+            None,
+        ),
+        Err(e) => {
+            check("BTF", Status::Missing, e.to_string(), Some("a kernel built with CONFIG_DEBUG_INFO_BTF=y is needed"))
+        }
+    });
+
+    let tfs = tracefs::ensure_mounted();
+    out.push(match &tfs {
+        Ok(p) => check("tracefs", Status::Ok, p.display().to_string(), None),
+        Err(e) => check("tracefs", Status::Missing, e.to_string(), Some("mount -t tracefs nodev /sys/kernel/tracing")),
+    });
+    if let Ok(root) = &tfs {
+        for (cat, name, what) in [
+            ("sock", "sock_send_length", "send results (non-blocking writers); added in Linux 6.4"),
+            ("sock", "inet_sock_set_state", "connect and close of target sockets"),
+            ("tcp", "tcp_probe", "ACK progress and peer window"),
+            ("tcp", "tcp_destroy_sock", "socket close"),
+            ("raw_syscalls", "sys_enter", "blocking writers"),
+        ] {
+            let ok = tracefs::exists(root, cat, name);
+            out.push(if ok {
+                check(&format!("tracepoint {cat}/{name}"), Status::Ok, what, None)
+            } else {
+                check(&format!("tracepoint {cat}/{name}"), Status::Degraded, format!("absent: loses {what}"), None)
+            });
+        }
+    }
+
+    if root {
+        match Probes::load(&ProbeConfig { filter_pids: true }) {
+            Ok(mut p) => {
+                for s in &p.status {
+                    out.push(if s.attached {
+                        check(&format!("program {}", s.name), Status::Ok, "loaded and attached", None)
+                    } else {
+                        check(
+                            &format!("program {}", s.name),
+                            Status::Degraded,
+                            s.note.clone().unwrap_or_default(),
+                            None,
+                        )
+                    });
+                }
+                out.push(match p.take_events() {
+                    Ok(_) => check("ring buffer", Status::Ok, "BPF_MAP_TYPE_RINGBUF created", None),
+                    Err(e) => {
+                        check("ring buffer", Status::Missing, e.to_string(), Some("Linux 5.8 or later is needed"))
+                    }
+                });
+            }
+            Err(e) => out.push(check("programs", Status::Missing, e.to_string(), None)),
+        }
+    }
+
+    out.push(match SockDiag::open().and_then(|mut d| d.dump_tcp(netlink_packet_sock_diag::inet::StateFlags::LISTEN)) {
+        Ok(v) => check("sock_diag", Status::Ok, format!("{} listening TCP sockets visible", v.len()), None),
+        Err(e) => check(
+            "sock_diag",
+            Status::Missing,
+            e.to_string(),
+            Some("CONFIG_INET_DIAG and CONFIG_INET_TCP_DIAG are needed"),
+        ),
+    });
+    out.push(sock_destroy_check(root));
+
+    let (maj, min) = kernel_version();
+    out.push(if (maj, min) >= (6, 6) {
+        check("TC attach", Status::Ok, "TCX available (Linux 6.6+); clsact otherwise", None)
+    } else {
+        check("TC attach", Status::Ok, "clsact qdisc (TCX needs Linux 6.6+)", None)
+    });
+    out.push(check(
+        "kprobes/fentry",
+        Status::Ok,
+        format!(
+            "not used (kprobes {}present); hystall needs only tracepoints, tp_btf, TC and sock_diag",
+            if Path::new("/sys/kernel/tracing/kprobe_events").exists() { "" } else { "not " }
+        ),
+        None,
+    ));
+    out
+}
+
+/// Destroys a loopback connection of our own: proves SOCK_DESTROY works.
+fn sock_destroy_check(root: bool) -> Check {
+    const NAME: &str = "SOCK_DESTROY";
+    if !root {
+        return check(NAME, Status::Missing, "needs CAP_NET_ADMIN", Some("run as root"));
+    }
+    let attempt = || -> Result<bool> {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let c = TcpStream::connect(l.local_addr()?)?;
+        let _accepted = l.accept()?;
+        let cookie = socket_cookie(c.as_raw_fd())?;
+        let mut d = SockDiag::open()?;
+        d.destroy(cookie, c.local_addr()?, c.peer_addr()?)?;
+        // A destroyed socket reports ECONNABORTED to its owner.
+        c.set_nonblocking(true)?;
+        let mut buf = [0u8; 1];
+        Ok(matches!(std::io::Read::read(&mut &c, &mut buf), Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED)))
+    };
+    match attempt() {
+        Ok(true) => check(NAME, Status::Ok, "destroyed a loopback test socket (enforcement can work)", None),
+        Ok(false) => check(NAME, Status::Degraded, "the destroy was accepted but the socket lived on", None),
+        Err(e) => check(
+            NAME,
+            Status::Missing,
+            format!("{e:#}"),
+            Some("needs CONFIG_INET_DIAG_DESTROY; enforcement falls back to pidfd_getfd + shutdown"),
+        ),
+    }
+}
+
+/// SO_COOKIE of a socket: the key the probes and sock_diag share.
+pub fn socket_cookie(fd: i32) -> std::io::Result<u64> {
+    let mut cookie: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cookie`.
+    let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_COOKIE, (&raw mut cookie).cast(), &mut len) };
+    if rc == 0 { Ok(cookie) } else { Err(std::io::Error::last_os_error()) }
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "?".into())
+}
+
+fn kernel_version() -> (u32, u32) {
+    let r = kernel_release();
+    let mut it = r.split(|c: char| !c.is_ascii_digit()).filter_map(|s| s.parse().ok());
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}

@@ -1,0 +1,10 @@
+//! One module per subcommand: each wires sources → core → sinks.
+
+pub mod doctor;
+pub mod watch;
+
+/// Exits with a clear message when not root (or without the capabilities).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -1,0 +1,107 @@
+//! `hystall watch`: live events as lines.
+
+use std::io::ErrorKind;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::WatchArgs;
+use crate::core::event::{Event, Stamped, StartInfo};
+use crate::core::sockets::SocketTable;
+use crate::core::time::{Mono, WallClock, mono_now};
+use crate::core::verdict::Thresholds;
+use crate::sinks::lines::{Format, Lines};
+use crate::sources::live::Live;
+use crate::sources::procs::Mode;
+
+/// How often verdicts are re-judged: the latency of `socket_stalled` after the
+/// timeout expires is at most this.
+const TICK: Duration = Duration::from_millis(200);
+
+pub async fn run(args: WatchArgs) -> Result<()> {
+    let sel = &args.select;
+    anyhow::ensure!(
+        sel.stall_timeout > 0.0 && sel.stall_timeout.is_finite(),
+        "--stall-timeout must be a positive number of seconds"
+    );
+    let mode = Mode::from_args(&sel.pids, &sel.comms)?;
+    let th = Thresholds { stall_timeout: Duration::from_secs_f64(sel.stall_timeout), ..Thresholds::default() };
+    let mut live = Live::start(mode.clone(), mono_now()).context("starting the kernel probes")?;
+
+    let clock = WallClock::now();
+    let format = if args.json { Format::Json } else { Format::Text };
+    let mut out = Lines::new(std::io::stdout().lock(), format, clock);
+    let (pids, comms) = match &mode {
+        Mode::Explicit { pids, comms } => (pids.clone(), comms.clone()),
+        Mode::Detected { comms } => (live.pids.iter().copied().collect(), comms.clone()),
+        Mode::All => (Vec::new(), Vec::new()),
+    };
+    let start = StartInfo {
+        pids,
+        comms,
+        all_processes: !mode.filters(),
+        stall_timeout_ms: th.stall_timeout.as_millis() as u64,
+        probes: live.probe_status().to_vec(),
+    };
+    if emit(&mut out, &Stamped { at: mono_now(), event: Event::WatchStarted(start) })? {
+        return Ok(());
+    }
+
+    let mut table = SocketTable::new(th);
+    let mut obs = Vec::new();
+    live.seed(mono_now(), &mut obs);
+    let mut tick = tokio::time::interval(TICK);
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let end = args.duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let deadline = async move {
+        match end {
+            Some(t) => tokio::time::sleep_until(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let mut lost_seen = 0;
+
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = &mut deadline => break,
+            r = live.recv(&mut obs) => { r.context("reading kernel events")?; }
+            _ = tick.tick() => {
+                let now: Mono = mono_now();
+                live.poll(now, &table.wanted(now), &mut obs);
+                for o in obs.drain(..) {
+                    table.apply(o);
+                }
+                for e in table.tick(now) {
+                    if emit(&mut out, &e)? {
+                        return Ok(());
+                    }
+                }
+                let lost = live.counters()[hystall_common::counter::EVENTS_LOST as usize];
+                if lost > lost_seen {
+                    tracing::warn!("{} kernel events lost (ring buffer full); verdicts may lag", lost - lost_seen);
+                    lost_seen = lost;
+                }
+            }
+        }
+        // Apply ring events promptly too, without waiting for the tick.
+        for o in obs.drain(..) {
+            table.apply(o);
+        }
+    }
+    // `live` drops here: programs detached, maps freed.
+    Ok(())
+}
+
+/// Writes an event; returns true when stdout is gone (a closed pipe ends the run quietly).
+fn emit<W: std::io::Write>(out: &mut Lines<W>, e: &Stamped) -> Result<bool> {
+    match out.emit(e) {
+        Ok(()) => Ok(false),
+        Err(err) if err.kind() == ErrorKind::BrokenPipe => Ok(true),
+        Err(err) => Err(err).context("writing to stdout"),
+    }
+}

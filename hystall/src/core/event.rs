@@ -1,0 +1,112 @@
+//! Events: what `watch` prints and every other sink consumes. JSON field names
+//! are a stable interface (docs/EVENTS.md): add fields, rename nothing.
+
+use serde::Serialize;
+
+use super::time::Mono;
+
+/// Version of the JSON lines (`"v"`). Bumped only on incompatible changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// An event and the time it happened.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Stamped {
+    #[serde(skip)]
+    pub at: Mono,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// First line of a run: what is watched and which probes are attached.
+    WatchStarted(StartInfo),
+    /// A target socket's sends made no progress for the stall timeout.
+    SocketStalled(SocketInfo),
+    /// A stalled socket moved again.
+    SocketRecovered(SocketInfo),
+    /// A socket that had stalled is gone.
+    SocketClosed(SocketInfo),
+}
+
+impl Event {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::WatchStarted(_) => "watch_started",
+            Event::SocketStalled(_) => "socket_stalled",
+            Event::SocketRecovered(_) => "socket_recovered",
+            Event::SocketClosed(_) => "socket_closed",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StartInfo {
+    /// Processes watched; empty with `all_processes`.
+    pub pids: Vec<u32>,
+    pub comms: Vec<String>,
+    /// No selection was given and no known proxy was found: every process.
+    pub all_processes: bool,
+    pub stall_timeout_ms: u64,
+    pub probes: Vec<ProbeStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProbeStatus {
+    pub name: String,
+    pub attached: bool,
+    /// Why not, or what it degrades to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A socket as events describe it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SocketInfo {
+    pub pid: u32,
+    pub comm: String,
+    pub cookie: u64,
+    /// `ip:port`, null when unknown.
+    pub local: Option<String>,
+    pub remote: Option<String>,
+    pub state: &'static str,
+    pub verdict: &'static str,
+    /// Connected by the process (a target), not accepted by its listener.
+    pub outbound: bool,
+    /// How long the writer has been (or was) blocked on this socket.
+    pub blocked_ms: u64,
+    /// How long nothing has moved while blocked.
+    pub no_progress_ms: u64,
+    /// Bytes queued in the socket and not yet sent (sock_diag), null if unknown.
+    pub unsent_bytes: Option<u32>,
+    /// Send-Q (unacked + unsent), null if unknown.
+    pub send_q: Option<u32>,
+    /// The peer's advertised receive window at its last ACK.
+    pub peer_window: u32,
+    /// Sends that would have blocked (EAGAIN) plus other failed sends.
+    pub failed_sends: u64,
+    pub send_bytes: u64,
+    pub acked_bytes: u64,
+    /// The writer is parked inside a send syscall (blocking socket).
+    pub in_syscall: bool,
+}
+
+/// Kernel TCP state names, as `ss` prints them.
+pub fn tcp_state_name(state: u8) -> &'static str {
+    match state {
+        1 => "ESTABLISHED",
+        2 => "SYN_SENT",
+        3 => "SYN_RECV",
+        4 => "FIN_WAIT1",
+        5 => "FIN_WAIT2",
+        6 => "TIME_WAIT",
+        7 => "CLOSE",
+        8 => "CLOSE_WAIT",
+        9 => "LAST_ACK",
+        10 => "LISTEN",
+        11 => "CLOSING",
+        12 => "NEW_SYN_RECV",
+        _ => "UNKNOWN",
+    }
+}

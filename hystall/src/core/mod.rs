@@ -1,0 +1,14 @@
+//! The pure core: observations in, model and verdicts, events out. No I/O here;
+//! time is an input (`Mono`), so every rule can be tested on synthetic timelines.
+
+pub mod event;
+pub mod observation;
+pub mod sockets;
+pub mod time;
+pub mod verdict;
+
+pub use event::{Event, SocketInfo};
+pub use observation::{Observation, SockChange, SockSample};
+pub use sockets::SocketTable;
+pub use time::Mono;
+pub use verdict::{Thresholds, Verdict};

@@ -1,0 +1,109 @@
+//! What the sources tell the core. Every observation carries its own time.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::time::Mono;
+
+/// One socket's kernel aggregate (a copy of `hystall_common::SockStats` in
+/// user-space terms: times as `Option<Mono>`, addresses parsed).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SockSample {
+    pub cookie: u64,
+    pub pid: u32,
+    pub comm: String,
+    pub local: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
+    /// Connected by the process (not accepted by one of its listeners).
+    pub outbound: bool,
+    /// Kernel TCP state number, 0 when unknown.
+    pub state: u8,
+    pub send_calls: u64,
+    pub send_bytes: u64,
+    pub send_eagain: u64,
+    pub send_errors: u64,
+    pub short_sends: u64,
+    pub last_send: Option<Mono>,
+    pub blocked_since: Option<Mono>,
+    pub last_ack: Option<Mono>,
+    pub acked_bytes: u64,
+    pub acks: u64,
+    pub peer_window: u32,
+    pub first_seen: Option<Mono>,
+}
+
+/// What changed, when a kernel event (not a poll) produced the sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SockChange {
+    Blocked,
+    Unblocked,
+    State {
+        old: u8,
+        new: u8,
+    },
+    Window,
+    /// The socket is gone (`tcp_destroy_sock`).
+    Destroyed,
+    /// A periodic read of the kernel map.
+    Poll,
+}
+
+/// Socket figures from sock_diag (`ss -tni`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiagSample {
+    pub cookie: u64,
+    pub local: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
+    pub state: u8,
+    pub inode: u32,
+    /// Send-Q: bytes in the send queue (sent and not acked, plus not sent).
+    pub send_q: u32,
+    /// Bytes queued and not yet sent (`tcpi_notsent_bytes`).
+    pub notsent: u32,
+    pub bytes_acked: u64,
+    pub backoff: u8,
+    pub probes: u8,
+    pub snd_wnd: u32,
+    /// Microseconds limited by the receiver's window (`tcpi_rwnd_limited`).
+    pub rwnd_limited_us: u64,
+    pub busy_us: u64,
+}
+
+/// A send syscall that has been in flight for a while on a thread of a
+/// monitored process (blocking writers).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InflightSample {
+    pub pid: u32,
+    pub tid: u32,
+    pub fd: u64,
+    pub since: Mono,
+    /// The socket the fd refers to, when it could be resolved.
+    pub cookie: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Observation {
+    Sock {
+        at: Mono,
+        change: SockChange,
+        sample: SockSample,
+    },
+    Diag {
+        at: Mono,
+        sample: DiagSample,
+    },
+    /// All send syscalls in flight at `at` (replaces the previous set).
+    Inflight {
+        at: Mono,
+        sends: Vec<InflightSample>,
+    },
+}
+
+impl Observation {
+    pub fn at(&self) -> Mono {
+        match self {
+            Observation::Sock { at, .. } | Observation::Diag { at, .. } | Observation::Inflight { at, .. } => *at,
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Reproductions of the failure on loopback, for newcomers, self-tests and tests.
+
+pub mod targets;
+pub mod tcp;
+
+use crate::cli::{LabArgs, LabKind};
+
+pub fn run(args: LabArgs) -> anyhow::Result<()> {
+    match args.kind {
+        Some(LabKind::Tcp(a)) => tcp::run(a),
+        None => anyhow::bail!("the QUIC lab is not built yet; try `hystall lab tcp --help`"),
+    }
+}

@@ -1,0 +1,161 @@
+//! `watch` output: one line per event, human-readable or JSON (docs/EVENTS.md).
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::core::event::{Event, SCHEMA_VERSION, SocketInfo, Stamped};
+use crate::core::time::WallClock;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+pub struct Lines<W: Write> {
+    out: W,
+    format: Format,
+    clock: WallClock,
+}
+
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    v: u32,
+    ts: String,
+    #[serde(flatten)]
+    event: &'a Event,
+}
+
+impl<W: Write> Lines<W> {
+    pub fn new(out: W, format: Format, clock: WallClock) -> Self {
+        Lines { out, format, clock }
+    }
+
+    /// Writes one event and flushes (a reader of a pipe sees it at once).
+    pub fn emit(&mut self, e: &Stamped) -> std::io::Result<()> {
+        let line = match self.format {
+            Format::Json => {
+                let j = JsonLine { v: SCHEMA_VERSION, ts: self.clock.rfc3339(e.at), event: &e.event };
+                serde_json::to_string(&j).map_err(std::io::Error::other)?
+            }
+            Format::Text => format!("{} {}", &self.clock.rfc3339(e.at)[11..23], text(&e.event)),
+        };
+        writeln!(self.out, "{line}")?;
+        self.out.flush()
+    }
+}
+
+fn sock_line(tag: &str, s: &SocketInfo) -> String {
+    let unsent = s.unsent_bytes.map_or_else(|| "?".to_string(), human_bytes);
+    format!(
+        "{tag:<9} {comm}[{pid}] {local} -> {remote} {state} blocked {blocked:.1}s, no progress {quiet:.1}s, unsent {unsent}, peer window {win}, failed sends {failed}{sys} cookie={cookie}",
+        comm = s.comm,
+        pid = s.pid,
+        local = s.local.as_deref().unwrap_or("?"),
+        remote = s.remote.as_deref().unwrap_or("?"),
+        state = s.state,
+        blocked = s.blocked_ms as f64 / 1000.0,
+        quiet = s.no_progress_ms as f64 / 1000.0,
+        win = s.peer_window,
+        failed = s.failed_sends,
+        sys = if s.in_syscall { ", writer parked in send()" } else { "" },
+        cookie = s.cookie,
+    )
+}
+
+fn text(e: &Event) -> String {
+    match e {
+        Event::WatchStarted(i) => {
+            let who = if i.all_processes {
+                "every process (no --pid/--comm given and no known proxy running)".to_string()
+            } else {
+                let mut parts: Vec<String> = i.pids.iter().map(|p| p.to_string()).collect();
+                parts.extend(i.comms.iter().map(|c| format!("comm={c}")));
+                parts.join(", ")
+            };
+            let attached: Vec<&str> = i.probes.iter().filter(|p| p.attached).map(|p| p.name.as_str()).collect();
+            let mut s = format!(
+                "WATCHING  {who}; stall timeout {:.1}s; probes: {}",
+                i.stall_timeout_ms as f64 / 1000.0,
+                attached.join(" ")
+            );
+            for p in i.probes.iter().filter(|p| !p.attached) {
+                s.push_str(&format!(
+                    "\n          DEGRADED {}: {}",
+                    p.name,
+                    p.note.as_deref().unwrap_or("not attached")
+                ));
+            }
+            s
+        }
+        Event::SocketStalled(s) => sock_line("STALLED", s),
+        Event::SocketRecovered(s) => sock_line("RECOVERED", s),
+        Event::SocketClosed(s) => sock_line("CLOSED", s),
+    }
+}
+
+pub fn human_bytes(n: u32) -> String {
+    let n = n as f64;
+    if n >= 1024.0 * 1024.0 {
+        format!("{:.1} MiB", n / 1024.0 / 1024.0)
+    } else if n >= 1024.0 {
+        format!("{:.1} KiB", n / 1024.0)
+    } else {
+        format!("{n} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::time::Mono;
+
+    fn stalled() -> Stamped {
+        Stamped {
+            at: Mono(1_000_000_000),
+            event: Event::SocketStalled(SocketInfo {
+                pid: 42,
+                comm: "sing-box".into(),
+                cookie: 7,
+                local: Some("127.0.0.1:40000".into()),
+                remote: Some("127.0.0.1:9000".into()),
+                state: "ESTABLISHED",
+                verdict: "STALLED",
+                outbound: true,
+                blocked_ms: 10_250,
+                no_progress_ms: 10_000,
+                unsent_bytes: Some(3_900_000),
+                send_q: Some(4_000_000),
+                peer_window: 0,
+                failed_sends: 1,
+                send_bytes: 8_000_000,
+                acked_bytes: 4_000_000,
+                in_syscall: false,
+            }),
+        }
+    }
+
+    #[test]
+    fn json_line_has_version_time_and_event_name() {
+        let mut buf = Vec::new();
+        Lines::new(&mut buf, Format::Json, WallClock::fixed(1_764_680_644_000_000_000)).emit(&stalled()).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(v["v"], 1);
+        assert_eq!(v["ts"], "2025-12-02T13:04:05.000Z");
+        assert_eq!(v["event"], "socket_stalled");
+        for key in ["pid", "comm", "cookie", "local", "remote", "blocked_ms", "unsent_bytes", "peer_window"] {
+            assert!(v.get(key).is_some(), "missing {key}: {v}");
+        }
+        assert_eq!(v["unsent_bytes"], 3_900_000);
+    }
+
+    #[test]
+    fn text_line_says_what_and_where() {
+        let mut buf = Vec::new();
+        Lines::new(&mut buf, Format::Text, WallClock::fixed(0)).emit(&stalled()).unwrap();
+        let s = String::from_utf8(buf).unwrap();
+        assert!(s.starts_with("00:00:01.000 STALLED   sing-box[42] 127.0.0.1:40000 -> 127.0.0.1:9000"), "{s}");
+        assert!(s.contains("unsent 3.7 MiB"), "{s}");
+    }
+}

@@ -1,0 +1,4 @@
+//! Sinks: where events go (text or JSON lines, ...). They know nothing of the
+//! kernel; they only format what the core decided.
+
+pub mod lines;

@@ -1,0 +1,252 @@
+//! The live source: kernel probes + sock_diag + /proc, turned into observations.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use aya::maps::{MapData, RingBuf};
+use hystall_common::{AF_INET, AF_INET6, SOCK_HAS_TUPLE, SOCK_OUTBOUND, SockEvent, SockEventKind, SockStats, Tuple};
+use netlink_packet_sock_diag::inet::StateFlags;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
+use super::probes::{ProbeConfig, ProbeError, Probes};
+use super::procs::{self, Mode};
+use super::seed;
+use super::sockdiag::SockDiag;
+use crate::core::event::ProbeStatus;
+use crate::core::observation::{InflightSample, Observation, SockChange, SockSample};
+use crate::core::time::Mono;
+
+/// A send syscall in flight this long is worth resolving to its socket.
+const INFLIGHT_AFTER: Duration = Duration::from_millis(300);
+/// How often the process selection is re-read (new processes of a --comm).
+const RESCAN_EVERY: Duration = Duration::from_secs(1);
+
+pub struct Live {
+    probes: Probes,
+    events: AsyncFd<RingBuf<MapData>>,
+    diag: Option<SockDiag>,
+    pub mode: Mode,
+    pub pids: HashSet<u32>,
+    last_scan: Mono,
+    /// Socket inode → cookie, from the last sock_diag dump.
+    inodes: HashMap<u32, u64>,
+    last_dump: Mono,
+    /// Cookies already seeded (never twice).
+    seeded: HashSet<u64>,
+}
+
+impl Live {
+    pub fn start(mode: Mode, now: Mono) -> Result<Live, ProbeError> {
+        let mut probes = Probes::load(&ProbeConfig { filter_pids: mode.filters() })?;
+        let pids = mode.resolve();
+        probes.set_pids(&pids)?;
+        let ring = probes.take_events()?;
+        // SAFETY: the fd belongs to the RingBuf, which the AsyncFd owns; it stays
+        // open for as long as it is registered. Must run inside a tokio runtime.
+        let events = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|e| ProbeError::Map("EVENTS", e.to_string()))?;
+        let diag = SockDiag::open().ok();
+        Ok(Live {
+            probes,
+            events,
+            diag,
+            mode,
+            pids,
+            last_scan: now,
+            inodes: HashMap::new(),
+            last_dump: Mono::ZERO,
+            seeded: HashSet::new(),
+        })
+    }
+
+    /// Finds sockets of the selected processes that were stuck before we
+    /// attached (see `seed`), tracks them in the kernel, and reports them.
+    pub fn seed(&mut self, now: Mono, out: &mut Vec<Observation>) {
+        let Some(diag) = self.diag.as_mut() else { return };
+        let filter = self.mode.filters().then_some(&self.pids);
+        for stuck in seed::find_stuck(diag, filter, now) {
+            let cookie = stuck.diag.cookie;
+            if !self.seeded.insert(cookie) || self.probes.track(cookie, &stuck.stats).is_err() {
+                continue;
+            }
+            let sample =
+                self.probes.sock(cookie).map_or_else(|| to_sample(cookie, &stuck.stats), |st| to_sample(cookie, &st));
+            out.push(Observation::Sock { at: now, change: SockChange::Poll, sample });
+            out.push(Observation::Diag { at: now, sample: stuck.diag });
+        }
+    }
+
+    pub fn probe_status(&self) -> &[ProbeStatus] {
+        &self.probes.status
+    }
+
+    pub fn counters(&self) -> [u64; hystall_common::counter::LEN as usize] {
+        self.probes.counters()
+    }
+
+    /// Waits until the ring buffer has events, then moves them into `out`.
+    pub async fn recv(&mut self, out: &mut Vec<Observation>) -> std::io::Result<()> {
+        let mut guard = self.events.readable_mut().await?;
+        let ring = guard.get_inner_mut();
+        while let Some(item) = ring.next() {
+            if item.len() >= std::mem::size_of::<SockEvent>() {
+                // SAFETY: the kernel wrote a SockEvent (repr(C), Pod) of this size.
+                let ev: SockEvent = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SockEvent) };
+                if let Some(o) = event_to_obs(&ev) {
+                    out.push(o);
+                }
+            }
+        }
+        guard.clear_ready();
+        Ok(())
+    }
+
+    /// Periodic work: re-read the sockets the model wants, in-flight sends, the
+    /// process selection.
+    pub fn poll(
+        &mut self,
+        now: Mono,
+        wanted: &[(u64, Option<SocketAddr>, Option<SocketAddr>)],
+        out: &mut Vec<Observation>,
+    ) {
+        if now.since(self.last_scan) >= RESCAN_EVERY && self.mode.filters() {
+            self.last_scan = now;
+            let pids = self.mode.resolve();
+            if pids != self.pids {
+                let _ = self.probes.set_pids(&pids);
+                let added = pids.difference(&self.pids).count() > 0;
+                self.pids = pids;
+                if added {
+                    self.seed(now, out);
+                }
+            }
+        }
+        for &(cookie, local, remote) in wanted {
+            if let Some(st) = self.probes.sock(cookie) {
+                out.push(Observation::Sock { at: now, change: SockChange::Poll, sample: to_sample(cookie, &st) });
+            }
+            if let (Some(l), Some(r), Some(diag)) = (local, remote, self.diag.as_mut())
+                && let Ok(Some(d)) = diag.query(cookie, l, r)
+            {
+                out.push(Observation::Diag { at: now, sample: d });
+            }
+        }
+        let sends = self.inflight(now);
+        out.push(Observation::Inflight { at: now, sends });
+    }
+
+    fn inflight(&mut self, now: Mono) -> Vec<InflightSample> {
+        let mut out = Vec::new();
+        let mut unresolved = false;
+        for (tid, f) in self.probes.inflight() {
+            let since = Mono(f.start_ns);
+            if now.since(since) < INFLIGHT_AFTER {
+                continue;
+            }
+            let cookie = procs::fd_socket_inode(f.tgid, f.fd).and_then(|ino| {
+                let c = self.inodes.get(&ino).copied();
+                unresolved |= c.is_none();
+                c
+            });
+            out.push(InflightSample { pid: f.tgid, tid, fd: f.fd, since, cookie });
+        }
+        // Blocked writers are few and long-lived: refresh the inode map at most
+        // once a second, and only when one of them is not resolved yet.
+        if unresolved && now.since(self.last_dump) >= Duration::from_secs(1) {
+            self.last_dump = now;
+            if let Some(diag) = self.diag.as_mut()
+                && let Ok(all) = diag.dump_tcp(StateFlags::all())
+            {
+                self.inodes = all.iter().map(|d| (d.inode, d.cookie)).collect();
+                for s in &mut out {
+                    if s.cookie.is_none() {
+                        s.cookie = procs::fd_socket_inode(s.pid, s.fd).and_then(|i| self.inodes.get(&i).copied());
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn event_to_obs(ev: &SockEvent) -> Option<Observation> {
+    let change = match ev.kind()? {
+        SockEventKind::Blocked => SockChange::Blocked,
+        SockEventKind::Unblocked => SockChange::Unblocked,
+        SockEventKind::State => SockChange::State { old: (ev.arg >> 8) as u8, new: ev.arg as u8 },
+        SockEventKind::Destroyed => SockChange::Destroyed,
+        SockEventKind::Window => SockChange::Window,
+    };
+    Some(Observation::Sock { at: Mono(ev.ts_ns), change, sample: to_sample(ev.cookie, &ev.stats) })
+}
+
+pub fn to_sample(cookie: u64, st: &SockStats) -> SockSample {
+    let (local, remote) = if st.flags & SOCK_HAS_TUPLE != 0 { tuple_addrs(&st.tuple) } else { (None, None) };
+    SockSample {
+        cookie,
+        pid: st.tgid,
+        comm: procs::comm_str(&st.comm),
+        local,
+        remote,
+        outbound: st.flags & SOCK_OUTBOUND != 0,
+        state: st.state as u8,
+        send_calls: st.send_calls,
+        send_bytes: st.send_bytes,
+        send_eagain: st.send_eagain,
+        send_errors: st.send_errors,
+        short_sends: st.short_sends,
+        last_send: Mono::nonzero(st.last_send_ns),
+        blocked_since: Mono::nonzero(st.blocked_since_ns),
+        last_ack: Mono::nonzero(st.last_ack_ns),
+        acked_bytes: st.acked_bytes,
+        acks: st.acks,
+        peer_window: st.snd_wnd,
+        first_seen: Mono::nonzero(st.first_seen_ns),
+    }
+}
+
+fn tuple_addrs(t: &Tuple) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    let ip = |a: &[u8; 16]| -> Option<IpAddr> {
+        match t.family {
+            AF_INET => Some(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))),
+            AF_INET6 => {
+                let v6 = Ipv6Addr::from(*a);
+                Some(v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4))
+            }
+            _ => None,
+        }
+    };
+    let local = ip(&t.saddr).filter(|_| t.sport != 0).map(|i| SocketAddr::new(i, t.sport));
+    let remote = ip(&t.daddr).filter(|_| t.dport != 0).map(|i| SocketAddr::new(i, t.dport));
+    (local, remote)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuples_become_addresses_and_v4_mapped_is_shown_as_v4() {
+        let mut t = Tuple { family: AF_INET, sport: 40000, dport: 443, ..Default::default() };
+        t.saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        t.daddr[..4].copy_from_slice(&[10, 1, 2, 3]);
+        let (l, r) = tuple_addrs(&t);
+        assert_eq!(l.unwrap().to_string(), "127.0.0.1:40000");
+        assert_eq!(r.unwrap().to_string(), "10.1.2.3:443");
+
+        let mut t6 = Tuple { family: AF_INET6, sport: 1, dport: 2, ..Default::default() };
+        t6.saddr = Ipv4Addr::new(127, 0, 0, 1).to_ipv6_mapped().octets();
+        t6.daddr = Ipv6Addr::LOCALHOST.octets();
+        let (l, r) = tuple_addrs(&t6);
+        assert_eq!(l.unwrap().to_string(), "127.0.0.1:1");
+        assert_eq!(r.unwrap().to_string(), "[::1]:2");
+    }
+
+    #[test]
+    fn unknown_family_and_zero_ports_give_no_address() {
+        let t = Tuple::default();
+        assert_eq!(tuple_addrs(&t), (None, None));
+    }
+}

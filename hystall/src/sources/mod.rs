@@ -1,0 +1,7 @@
+//! Sources: where observations come from. Only this layer touches the OS.
+
+pub mod live;
+pub mod probes;
+pub mod procs;
+pub mod seed;
+pub mod sockdiag;

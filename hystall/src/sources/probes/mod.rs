@@ -1,0 +1,253 @@
+//! The kernel programs: loading, configuring, attaching, and reading their maps.
+//!
+//! Dropping `Probes` detaches every program and frees every map (aya owns the
+//! links), so an early return, a signal handled by the caller, or a panic that
+//! unwinds leaves nothing behind in the kernel.
+
+pub mod btf;
+pub mod syscalls;
+pub mod tracefs;
+
+use std::collections::HashSet;
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    programs::{BtfTracePoint, TracePoint},
+};
+use hystall_common::{InflightSend, SendSyscalls, SockStats, TpOffsets, counter};
+use thiserror::Error;
+
+use crate::core::event::ProbeStatus;
+
+/// The kernel object, built by build.rs from `hystall-ebpf`.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hystall"));
+
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    #[error("not permitted to load eBPF programs: run as root (or with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN)")]
+    NotPermitted,
+    #[error("BTF: {0}")]
+    Btf(String),
+    #[error("{0}")]
+    Tracefs(String),
+    #[error("tracepoint {0} is not available on this kernel: {1}")]
+    MissingTracepoint(String, String),
+    #[error("loading the eBPF object failed: {0}")]
+    Load(String),
+    #[error("eBPF map {0}: {1}")]
+    Map(&'static str, String),
+}
+
+/// What to watch, decided by user space before the programs are verified.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeConfig {
+    /// Watch only these processes (their tgids go into the PIDS map).
+    pub filter_pids: bool,
+}
+
+/// One program: its name in the object, and where it attaches.
+struct Spec {
+    prog: &'static str,
+    kind: Kind,
+    /// Whether hystall can work without it (it degrades; doctor says how).
+    why: &'static str,
+}
+
+enum Kind {
+    Btf(&'static str),
+    Tp(&'static str, &'static str),
+}
+
+const SPECS: &[Spec] = &[
+    Spec {
+        prog: "sock_send_length",
+        kind: Kind::Btf("sock_send_length"),
+        why: "results of sends (EAGAIN, short sends): non-blocking writers",
+    },
+    Spec {
+        prog: "inet_sock_set_state",
+        kind: Kind::Btf("inet_sock_set_state"),
+        why: "connect/close of target sockets",
+    },
+    Spec { prog: "tcp_probe", kind: Kind::Tp("tcp", "tcp_probe"), why: "ACK progress and the peer's window" },
+    Spec { prog: "tcp_destroy_sock", kind: Kind::Tp("tcp", "tcp_destroy_sock"), why: "socket close" },
+    Spec {
+        prog: "sys_enter",
+        kind: Kind::Tp("raw_syscalls", "sys_enter"),
+        why: "blocking writers parked in send syscalls",
+    },
+    Spec {
+        prog: "sys_exit",
+        kind: Kind::Tp("raw_syscalls", "sys_exit"),
+        why: "blocking writers parked in send syscalls",
+    },
+];
+
+pub struct Probes {
+    ebpf: Ebpf,
+    pub status: Vec<ProbeStatus>,
+}
+
+fn is_eperm(e: &impl std::fmt::Display) -> bool {
+    let s = e.to_string();
+    s.contains("Operation not permitted") || s.contains("EPERM") || s.contains("os error 1)")
+}
+
+impl Probes {
+    /// Loads the programs, hands them this kernel's offsets, and attaches each
+    /// one it can. A program that cannot attach is reported in `status`, not fatal,
+    /// unless none attaches at all.
+    pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
+        raise_memlock();
+        let root = tracefs::ensure_mounted()?;
+        let sock_offsets = btf::sock_offsets()?;
+        let f = |c: &str, n: &str, field: &str| tracefs::field_offset(&root, c, n, field);
+        let tp = TpOffsets {
+            probe_cookie: f("tcp", "tcp_probe", "sock_cookie")?,
+            probe_snd_nxt: f("tcp", "tcp_probe", "snd_nxt")?,
+            probe_snd_una: f("tcp", "tcp_probe", "snd_una")?,
+            probe_snd_wnd: f("tcp", "tcp_probe", "snd_wnd")?,
+            destroy_cookie: f("tcp", "tcp_destroy_sock", "sock_cookie")?,
+            enter_id: f("raw_syscalls", "sys_enter", "id")?,
+            enter_args: f("raw_syscalls", "sys_enter", "args")?,
+            exit_id: f("raw_syscalls", "sys_exit", "id")?,
+            exit_ret: f("raw_syscalls", "sys_exit", "ret")?,
+        };
+        let calls = syscalls::send_syscalls().unwrap_or(SendSyscalls::NONE);
+        let filter: u8 = cfg.filter_pids.into();
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global("SOCK_OFFSETS", &sock_offsets, true)
+            .override_global("TP_OFFSETS", &tp, true)
+            .override_global("SEND_SYSCALLS", &calls, true)
+            .override_global("FILTER_PIDS", &filter, true)
+            .load(EBPF_OBJECT)
+            .map_err(|e| if is_eperm(&e) { ProbeError::NotPermitted } else { ProbeError::Load(e.to_string()) })?;
+
+        let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Btf(e.to_string()))?;
+        let mut status = Vec::new();
+        for spec in SPECS {
+            let res = attach(&mut ebpf, spec, &btf);
+            if let Err(e) = &res
+                && is_eperm(e)
+            {
+                return Err(ProbeError::NotPermitted);
+            }
+            let note = match (&res, &spec.kind) {
+                (Ok(()), _) => None,
+                (Err(e), _) => Some(format!("{e}; without it hystall loses: {}", spec.why)),
+            };
+            status.push(ProbeStatus { name: spec.prog.into(), attached: res.is_ok(), note });
+        }
+        if status.iter().all(|s| !s.attached) {
+            let why = status.iter().filter_map(|s| s.note.clone()).next().unwrap_or_default();
+            return Err(ProbeError::Load(format!("no program could attach: {why}")));
+        }
+        Ok(Probes { ebpf, status })
+    }
+
+    /// The ring buffer of state-change events (can be taken once).
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = self.ebpf.take_map("EVENTS").ok_or_else(|| ProbeError::Map("EVENTS", "missing".into()))?;
+        RingBuf::try_from(map).map_err(|e| ProbeError::Map("EVENTS", e.to_string()))
+    }
+
+    /// Makes the PIDS map hold exactly `pids`.
+    pub fn set_pids(&mut self, pids: &HashSet<u32>) -> Result<(), ProbeError> {
+        let map = self.ebpf.map_mut("PIDS").ok_or_else(|| ProbeError::Map("PIDS", "missing".into()))?;
+        let mut m: BpfHashMap<_, u32, u8> =
+            BpfHashMap::try_from(map).map_err(|e| ProbeError::Map("PIDS", e.to_string()))?;
+        let old: Vec<u32> = m.keys().filter_map(Result::ok).collect();
+        for k in old.iter().filter(|k| !pids.contains(k)) {
+            let _ = m.remove(k);
+        }
+        for p in pids {
+            m.insert(p, 1, 0).map_err(|e| ProbeError::Map("PIDS", e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Starts tracking a socket found by user space (already stuck when we
+    /// attached). An entry the kernel created meanwhile is left alone.
+    pub fn track(&mut self, cookie: u64, stats: &SockStats) -> Result<(), ProbeError> {
+        let map = self.ebpf.map_mut("SOCKS").ok_or_else(|| ProbeError::Map("SOCKS", "missing".into()))?;
+        let mut m: BpfHashMap<_, u64, SockStats> =
+            BpfHashMap::try_from(map).map_err(|e| ProbeError::Map("SOCKS", e.to_string()))?;
+        const BPF_NOEXIST: u64 = 1;
+        match m.insert(cookie, stats, BPF_NOEXIST) {
+            Ok(()) => Ok(()),
+            Err(e) if e.to_string().contains("File exists") => Ok(()),
+            Err(e) => Err(ProbeError::Map("SOCKS", e.to_string())),
+        }
+    }
+
+    /// The kernel aggregate of one socket.
+    pub fn sock(&self, cookie: u64) -> Option<SockStats> {
+        let m: BpfHashMap<_, u64, SockStats> = BpfHashMap::try_from(self.ebpf.map("SOCKS")?).ok()?;
+        m.get(&cookie, 0).ok()
+    }
+
+    /// Every socket the kernel tracks (for the first look and for `top`).
+    pub fn socks(&self) -> Vec<(u64, SockStats)> {
+        let Some(map) = self.ebpf.map("SOCKS") else { return Vec::new() };
+        let Ok(m) = BpfHashMap::<_, u64, SockStats>::try_from(map) else { return Vec::new() };
+        m.iter().filter_map(Result::ok).collect()
+    }
+
+    /// Send syscalls in flight, by thread id.
+    pub fn inflight(&self) -> Vec<(u32, InflightSend)> {
+        let Some(map) = self.ebpf.map("INFLIGHT") else { return Vec::new() };
+        let Ok(m) = BpfHashMap::<_, u32, InflightSend>::try_from(map) else { return Vec::new() };
+        m.iter().filter_map(Result::ok).collect()
+    }
+
+    /// Health counters summed over CPUs: `[lost, sent, map_full, _]`.
+    pub fn counters(&self) -> [u64; counter::LEN as usize] {
+        let mut out = [0u64; counter::LEN as usize];
+        let Some(map) = self.ebpf.map("COUNTERS") else { return out };
+        let Ok(arr) = PerCpuArray::<_, u64>::try_from(map) else { return out };
+        for (i, slot) in out.iter_mut().enumerate() {
+            if let Ok(v) = arr.get(&(i as u32), 0) {
+                *slot = v.iter().sum();
+            }
+        }
+        out
+    }
+}
+
+fn attach(ebpf: &mut Ebpf, spec: &Spec, btf: &Btf) -> Result<(), String> {
+    let prog = ebpf.program_mut(spec.prog).ok_or_else(|| format!("program {} missing from the object", spec.prog))?;
+    match spec.kind {
+        Kind::Btf(func) => {
+            let p: &mut BtfTracePoint = prog.try_into().map_err(|e| format!("{e}"))?;
+            p.load(func, btf).map_err(|e| format!("load tp_btf/{func}: {}", chain(&e)))?;
+            p.attach().map_err(|e| format!("attach tp_btf/{func}: {}", chain(&e)))?;
+        }
+        Kind::Tp(cat, name) => {
+            let p: &mut TracePoint = prog.try_into().map_err(|e| format!("{e}"))?;
+            p.load().map_err(|e| format!("load {cat}/{name}: {}", chain(&e)))?;
+            p.attach(cat, name).map_err(|e| format!("attach {cat}/{name}: {}", chain(&e)))?;
+        }
+    }
+    Ok(())
+}
+
+/// An error and its sources on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+fn raise_memlock() {
+    let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit with a valid struct; failure only matters on old kernels.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+}

