@@ -107,6 +107,10 @@ pub struct TcpLabArgs {
     /// Stop after this many seconds (default: run until killed).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// Seconds to wait after the ready line before writing (lets a watcher
+    /// attach first, so the very first blocked send is seen live).
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub delay: f64,
     /// Bytes per write call.
     #[arg(long, default_value_t = 32 * 1024)]
     pub chunk: usize,

@@ -67,11 +67,12 @@ pub fn run(args: TcpLabArgs) -> anyhow::Result<()> {
         .map(Duration::try_from_secs_f64)
         .transpose()
         .context("--duration must be a finite, non-negative number of seconds")?;
+    let delay = Duration::try_from_secs_f64(args.delay).context("--delay must be a finite, non-negative number of seconds")?;
     if tokio::runtime::Handle::try_current().is_ok() {
         bail!("the TCP lab starts its own runtime: call it outside an async context");
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
-    let result = rt.block_on(lab(&plan, args.chunk, duration, args.ready_file.as_deref(), &mut io::stdout()));
+    let result = rt.block_on(lab(&plan, args.chunk, duration, delay, args.ready_file.as_deref(), &mut io::stdout()));
     // Don't wait for anything: blocking writers are detached std threads parked in
     // write(), and they neither hold the runtime nor keep the process alive.
     rt.shutdown_background();
@@ -94,6 +95,7 @@ async fn lab(
     plan: &[(Behaviour, bool)],
     chunk: usize,
     duration: Option<Duration>,
+    delay: Duration,
     ready_file: Option<&Path>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
@@ -140,6 +142,9 @@ async fn lab(
         write_ready_file(path, &line)?;
     }
     writeln!(out, "{line}").and_then(|()| out.flush()).context("printing the ready line")?;
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
 
     let chunk: Arc<[u8]> = vec![0u8; chunk].into();
     let mut counters = Vec::with_capacity(streams.len());
@@ -243,6 +248,7 @@ mod tests {
             slow: 0,
             upclose: 0,
             duration: None,
+            delay: 0.0,
             chunk: 32 * 1024,
             ready_file: None,
         }
@@ -282,7 +288,7 @@ mod tests {
         let ready_file = dir.join("ready");
         let rt = tokio::runtime::Runtime::new().unwrap();
         let mut out = Vec::new();
-        rt.block_on(lab(&plan, 32 * 1024, Some(Duration::from_millis(1500)), Some(&ready_file), &mut out)).unwrap();
+        rt.block_on(lab(&plan, 32 * 1024, Some(Duration::from_millis(1500)), Duration::ZERO, Some(&ready_file), &mut out)).unwrap();
         rt.shutdown_background();
 
         let text = String::from_utf8(out).unwrap();

@@ -1,116 +1,15 @@
-//! Decoder for the visible (unprotected) part of QUIC packet headers.
+//! The decoder: UDP payload in, visible packet headers (`packet.rs`) out.
 //!
-//! Layouts: RFC 9000 §17 (v1, and draft-29 which shares its wire image),
-//! RFC 9369 §3.2 (v2: same layout, long packet types renumbered), RFC 8999
-//! (version-independent invariants: what we can still say about unknown
-//! versions). Header protection (RFC 9001 §5.4) stays on: the low bits of the
-//! first byte and the packet number are masked, so no field here claims them.
+//! Every read goes through a bounds-checked cursor that names the field it
+//! reads, so a short or inconsistent input becomes a precise [`DecodeError`],
+//! never a panic.
 
 use super::error::{CidField, DecodeError};
-
-/// QUIC version 1 (RFC 9000).
-pub const VERSION_1: u32 = 0x0000_0001;
-/// QUIC version 2 (RFC 9369).
-pub const VERSION_2: u32 = 0x6b33_43cf;
-/// IETF draft-29, still spoken by old clients; same wire image as v1.
-pub const VERSION_DRAFT_29: u32 = 0xff00_001d;
-/// The version field of a Version Negotiation packet.
-pub const VERSION_NEGOTIATION: u32 = 0;
-/// Longest connection ID in v1/v2 (RFC 9000 §17.2). The invariants allow 255.
-pub const MAX_CID_LEN: usize = 20;
-/// Length of a Retry packet's integrity tag (RFC 9001 §5.8).
-pub const RETRY_INTEGRITY_TAG_LEN: usize = 16;
-/// Fewest bytes a header-protected packet has from its packet-number offset to
-/// its end: the sample is 16 bytes taken 4 bytes in (RFC 9001 §5.4.2).
-pub const MIN_PROTECTED_LEN: usize = 20;
-
-const FORM_BIT: u8 = 0x80;
-const FIXED_BIT: u8 = 0x40;
-const SPIN_BIT: u8 = 0x20;
-
-/// A QUIC version whose long-header layout this decoder knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Version {
-    /// 0x00000001.
-    V1,
-    /// 0x6b3343cf.
-    V2,
-    /// 0xff00001d.
-    Draft29,
-}
-
-impl Version {
-    /// The known version for a wire value, if any.
-    pub const fn from_wire(version: u32) -> Option<Self> {
-        match version {
-            VERSION_1 => Some(Self::V1),
-            VERSION_2 => Some(Self::V2),
-            VERSION_DRAFT_29 => Some(Self::Draft29),
-            _ => None,
-        }
-    }
-
-    /// The wire value.
-    pub const fn wire(self) -> u32 {
-        match self {
-            Self::V1 => VERSION_1,
-            Self::V2 => VERSION_2,
-            Self::Draft29 => VERSION_DRAFT_29,
-        }
-    }
-
-    /// The long packet type for the two type bits (0x30) of a first byte.
-    /// v2 renumbers them (RFC 9369 §3.2) so that v1-only middleboxes that
-    /// peek into Initials do not ossify on v1's numbering.
-    const fn long_kind(self, first: u8) -> LongKind {
-        let bits = (first >> 4) & 0b11;
-        match (self, bits) {
-            (Self::V2, 0b01) | (Self::V1 | Self::Draft29, 0b00) => LongKind::Initial,
-            (Self::V2, 0b10) | (Self::V1 | Self::Draft29, 0b01) => LongKind::ZeroRtt,
-            (Self::V2, 0b11) | (Self::V1 | Self::Draft29, 0b10) => LongKind::Handshake,
-            _ => LongKind::Retry,
-        }
-    }
-}
-
-/// Long packet types including Retry, whose layout differs.
-#[derive(Clone, Copy)]
-enum LongKind {
-    Initial,
-    ZeroRtt,
-    Handshake,
-    Retry,
-}
-
-/// Type of a header-protected long-header packet (Retry has its own header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LongType {
-    /// Initial: carries a token; keys derive from the client's first DCID.
-    Initial,
-    /// 0-RTT: client early data.
-    ZeroRtt,
-    /// Handshake.
-    Handshake,
-}
-
-/// Every kind of packet the decoder reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PacketType {
-    /// Long header, Initial.
-    Initial,
-    /// Long header, 0-RTT.
-    ZeroRtt,
-    /// Long header, Handshake.
-    Handshake,
-    /// Long header, Retry.
-    Retry,
-    /// Short header (1-RTT).
-    OneRtt,
-    /// Version Negotiation (long header, version 0).
-    VersionNegotiation,
-    /// Long header of a version we do not know: invariants only.
-    UnknownVersion,
-}
+use super::packet::{
+    FIXED_BIT, FORM_BIT, Header, LongHeader, LongKind, LongType, MAX_CID_LEN, MIN_PROTECTED_LEN, Packet,
+    RETRY_INTEGRITY_TAG_LEN, RetryHeader, SPIN_BIT, ShortHeader, Token, UnknownVersionHeader, VERSION_NEGOTIATION,
+    Version, VersionNegotiation,
+};
 
 /// How long the DCID of short-header packets is. It is not on the wire: the
 /// server chose it, and the caller learns it from the SCIDs of the server's
@@ -139,209 +38,14 @@ pub struct DecodeOptions {
 impl DecodeOptions {
     /// Options for a short-header DCID of `len` bytes.
     pub const fn with_short_dcid_len(len: u8) -> Self {
-        Self {
-            short_dcid_len: ShortDcidLen::Known(len),
-            allow_clear_fixed_bit: false,
-        }
-    }
-}
-
-/// An Initial or Retry token, borrowed from the datagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Token<'a> {
-    /// Offset of the token's first byte in the datagram.
-    pub offset: usize,
-    /// The token; its length is the token length.
-    pub bytes: &'a [u8],
-}
-
-/// Header of an Initial, 0-RTT or Handshake packet, header protection on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LongHeader<'a> {
-    /// Version.
-    pub version: Version,
-    /// Packet type (decoded with the version's numbering).
-    pub packet_type: LongType,
-    /// First byte as on the wire. Form, fixed and type bits (0xf0) are
-    /// readable; the low four bits (reserved bits, packet-number length) are
-    /// masked by header protection and mean nothing without keys.
-    pub first_byte_protected: u8,
-    /// The fixed bit (0x40).
-    pub fixed_bit: bool,
-    /// Destination Connection ID (0..=20 bytes).
-    pub dcid: &'a [u8],
-    /// Source Connection ID (0..=20 bytes).
-    pub scid: &'a [u8],
-    /// The token, for Initial packets only.
-    pub token: Option<Token<'a>>,
-    /// The Length field: bytes of packet number and payload, both protected.
-    pub length: u64,
-    /// Offset in the datagram of the (protected) packet number.
-    pub pn_offset: usize,
-}
-
-/// Header of a Retry packet. Retry has no header protection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct RetryHeader<'a> {
-    /// Version.
-    pub version: Version,
-    /// First byte; its low four bits are unused and arbitrary.
-    pub first_byte: u8,
-    /// The fixed bit (0x40).
-    pub fixed_bit: bool,
-    /// Destination Connection ID: the client's SCID.
-    pub dcid: &'a [u8],
-    /// Source Connection ID: the CID the server wants next.
-    pub scid: &'a [u8],
-    /// Retry token: everything between the SCID and the tag.
-    pub token: Token<'a>,
-    /// Retry Integrity Tag (RFC 9001 §5.8). Not verified: that needs the
-    /// client's original DCID, which the Retry does not carry.
-    pub integrity_tag: [u8; RETRY_INTEGRITY_TAG_LEN],
-}
-
-/// Header of a short-header (1-RTT) packet, header protection on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ShortHeader<'a> {
-    /// First byte as on the wire. Form, fixed and spin bits (0xe0) are
-    /// readable; the low five bits (reserved bits, key phase, packet-number
-    /// length) are masked by header protection and mean nothing without keys.
-    pub first_byte_protected: u8,
-    /// The fixed bit (0x40).
-    pub fixed_bit: bool,
-    /// The latency spin bit (0x20), outside header protection (RFC 9000
-    /// §17.4). Endpoints may leave it constant or random; it only spins if both
-    /// ends implement it.
-    pub spin_bit: bool,
-    /// Destination Connection ID, if the caller gave its length.
-    pub dcid: Option<&'a [u8]>,
-    /// Offset of the (protected) packet number, if the DCID length is known.
-    pub pn_offset: Option<usize>,
-}
-
-/// A Version Negotiation packet (server to client, no protection).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct VersionNegotiation<'a> {
-    /// First byte; the low seven bits are unused and arbitrary.
-    pub first_byte: u8,
-    /// Destination Connection ID: the client's SCID echoed (0..=255 bytes).
-    pub dcid: &'a [u8],
-    /// Source Connection ID: the client's DCID echoed (0..=255 bytes).
-    pub scid: &'a [u8],
-    /// The supported-versions list, raw; see [`Self::versions`].
-    pub versions_raw: &'a [u8],
-}
-
-impl<'a> VersionNegotiation<'a> {
-    /// The versions the server lists as supported.
-    pub fn versions(&self) -> impl Iterator<Item = u32> + 'a {
-        self.versions_raw
-            .chunks_exact(4)
-            .filter_map(|word| word.try_into().ok().map(u32::from_be_bytes))
-    }
-}
-
-/// A long header of a version we do not know: only the invariants (RFC 8999)
-/// hold, and the rest of the datagram is opaque. On a client-to-server flow,
-/// almost always Salamander or foreign traffic rather than a new QUIC version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct UnknownVersionHeader<'a> {
-    /// The version.
-    pub version: u32,
-    /// First byte; only the form bit has a version-independent meaning.
-    pub first_byte: u8,
-    /// Destination Connection ID (0..=255 bytes).
-    pub dcid: &'a [u8],
-    /// Source Connection ID (0..=255 bytes).
-    pub scid: &'a [u8],
-}
-
-/// The visible header of one packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Header<'a> {
-    /// Initial, 0-RTT or Handshake.
-    Long(LongHeader<'a>),
-    /// Retry.
-    Retry(RetryHeader<'a>),
-    /// Short header (1-RTT).
-    Short(ShortHeader<'a>),
-    /// Version Negotiation.
-    VersionNegotiation(VersionNegotiation<'a>),
-    /// Unknown version.
-    UnknownVersion(UnknownVersionHeader<'a>),
-}
-
-/// One QUIC packet within a UDP payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Packet<'a> {
-    /// Offset of the packet's first byte in the datagram.
-    pub offset: usize,
-    /// Bytes this packet occupies in the datagram. For long headers with a
-    /// Length field: header plus Length. Otherwise: the rest of the datagram.
-    pub len: usize,
-    /// The visible header.
-    pub header: Header<'a>,
-}
-
-impl<'a> Packet<'a> {
-    /// The packet type.
-    pub fn packet_type(&self) -> PacketType {
-        match &self.header {
-            Header::Long(h) => match h.packet_type {
-                LongType::Initial => PacketType::Initial,
-                LongType::ZeroRtt => PacketType::ZeroRtt,
-                LongType::Handshake => PacketType::Handshake,
-            },
-            Header::Retry(_) => PacketType::Retry,
-            Header::Short(_) => PacketType::OneRtt,
-            Header::VersionNegotiation(_) => PacketType::VersionNegotiation,
-            Header::UnknownVersion(_) => PacketType::UnknownVersion,
-        }
-    }
-
-    /// The version field; `None` for short headers, which carry none.
-    pub fn version(&self) -> Option<u32> {
-        match &self.header {
-            Header::Long(h) => Some(h.version.wire()),
-            Header::Retry(h) => Some(h.version.wire()),
-            Header::Short(_) => None,
-            Header::VersionNegotiation(_) => Some(VERSION_NEGOTIATION),
-            Header::UnknownVersion(h) => Some(h.version),
-        }
-    }
-
-    /// The Destination Connection ID; `None` for a short header whose DCID
-    /// length was not given.
-    pub fn dcid(&self) -> Option<&'a [u8]> {
-        match &self.header {
-            Header::Long(h) => Some(h.dcid),
-            Header::Retry(h) => Some(h.dcid),
-            Header::Short(h) => h.dcid,
-            Header::VersionNegotiation(h) => Some(h.dcid),
-            Header::UnknownVersion(h) => Some(h.dcid),
-        }
-    }
-
-    /// The Source Connection ID; `None` for short headers, which carry none.
-    pub fn scid(&self) -> Option<&'a [u8]> {
-        match &self.header {
-            Header::Long(h) => Some(h.scid),
-            Header::Retry(h) => Some(h.scid),
-            Header::Short(_) => None,
-            Header::VersionNegotiation(h) => Some(h.scid),
-            Header::UnknownVersion(h) => Some(h.scid),
-        }
+        Self { short_dcid_len: ShortDcidLen::Known(len), allow_clear_fixed_bit: false }
     }
 }
 
 /// Decodes the packet starting at `offset` of a whole UDP payload.
 ///
 /// Offsets in the result are from the start of `datagram`. Never panics.
-pub fn decode_packet<'a>(
-    datagram: &'a [u8],
-    offset: usize,
-    opts: &DecodeOptions,
-) -> Result<Packet<'a>, DecodeError> {
+pub fn decode_packet<'a>(datagram: &'a [u8], offset: usize, opts: &DecodeOptions) -> Result<Packet<'a>, DecodeError> {
     let mut r = Reader::at(datagram, offset);
     if datagram.is_empty() {
         return Err(DecodeError::Empty);
@@ -362,39 +66,19 @@ pub fn decode_packet<'a>(
         let header = if version == VERSION_NEGOTIATION {
             let versions_raw = r.rest();
             if !versions_raw.len().is_multiple_of(4) {
-                return Err(DecodeError::BadVersionList {
-                    len: versions_raw.len(),
-                });
+                return Err(DecodeError::BadVersionList { len: versions_raw.len() });
             }
-            Header::VersionNegotiation(VersionNegotiation {
-                first_byte: first,
-                dcid,
-                scid,
-                versions_raw,
-            })
+            Header::VersionNegotiation(VersionNegotiation { first_byte: first, dcid, scid, versions_raw })
         } else {
-            Header::UnknownVersion(UnknownVersionHeader {
-                version,
-                first_byte: first,
-                dcid,
-                scid,
-            })
+            Header::UnknownVersion(UnknownVersionHeader { version, first_byte: first, dcid, scid })
         };
-        return Ok(Packet {
-            offset,
-            len: rest_len,
-            header,
-        });
+        return Ok(Packet { offset, len: rest_len, header });
     };
     let fixed_bit = first & FIXED_BIT != 0;
     let packet_type = match version.long_kind(first) {
         LongKind::Retry => {
             let retry = decode_retry_body(&mut r, version, first, dcid, scid)?;
-            return Ok(Packet {
-                offset,
-                len: rest_len,
-                header: Header::Retry(retry),
-            });
+            return Ok(Packet { offset, len: rest_len, header: Header::Retry(retry) });
         }
         LongKind::Initial => LongType::Initial,
         LongKind::ZeroRtt => LongType::ZeroRtt,
@@ -406,10 +90,7 @@ pub fn decode_packet<'a>(
             let token_at = r.pos;
             // A length past usize::MAX cannot fit either: report it as truncated.
             let token_len = usize::try_from(token_len).unwrap_or(usize::MAX);
-            Some(Token {
-                offset: token_at,
-                bytes: r.take(token_len, "token")?,
-            })
+            Some(Token { offset: token_at, bytes: r.take(token_len, "token")? })
         }
         LongType::ZeroRtt | LongType::Handshake => None,
     };
@@ -417,17 +98,10 @@ pub fn decode_packet<'a>(
     let pn_offset = r.pos;
     let available = r.left();
     if length < MIN_PROTECTED_LEN as u64 {
-        return Err(DecodeError::TooSmallForHeaderProtection {
-            at: offset,
-            have: length,
-        });
+        return Err(DecodeError::TooSmallForHeaderProtection { at: offset, have: length });
     }
     let Some(body_len) = usize::try_from(length).ok().filter(|&l| l <= available) else {
-        return Err(DecodeError::BadLength {
-            at: pn_offset,
-            declared: length,
-            available,
-        });
+        return Err(DecodeError::BadLength { at: pn_offset, declared: length, available });
     };
     Ok(Packet {
         offset,
@@ -462,10 +136,8 @@ fn decode_retry_body<'a>(
         need: RETRY_INTEGRITY_TAG_LEN,
         have: body.len(),
     };
-    let Some((token, tag)) = body
-        .len()
-        .checked_sub(RETRY_INTEGRITY_TAG_LEN)
-        .and_then(|split| body.split_at_checked(split))
+    let Some((token, tag)) =
+        body.len().checked_sub(RETRY_INTEGRITY_TAG_LEN).and_then(|split| body.split_at_checked(split))
     else {
         return Err(truncated);
     };
@@ -478,10 +150,7 @@ fn decode_retry_body<'a>(
         fixed_bit: first & FIXED_BIT != 0,
         dcid,
         scid,
-        token: Token {
-            offset: token_at,
-            bytes: token,
-        },
+        token: Token { offset: token_at, bytes: token },
         integrity_tag,
     })
 }
@@ -500,10 +169,7 @@ fn decode_short<'a>(
         ShortDcidLen::Known(len) => {
             let len = usize::from(len);
             if len > MAX_CID_LEN {
-                return Err(DecodeError::CidTooLong {
-                    which: CidField::ShortDcid,
-                    len,
-                });
+                return Err(DecodeError::CidTooLong { which: CidField::ShortDcid, len });
             }
             let dcid = r.take(len, "short-header DCID")?;
             (Some(dcid), Some(r.pos))
@@ -512,10 +178,7 @@ fn decode_short<'a>(
         ShortDcidLen::Unknown => (None, None),
     };
     if r.left() < MIN_PROTECTED_LEN {
-        return Err(DecodeError::TooSmallForHeaderProtection {
-            at: offset,
-            have: r.left() as u64,
-        });
+        return Err(DecodeError::TooSmallForHeaderProtection { at: offset, have: r.left() as u64 });
     }
     Ok(Packet {
         offset,
@@ -544,12 +207,7 @@ pub struct Packets<'a> {
 /// a short header, Retry, Version Negotiation or unknown version takes the
 /// rest. The first error ends the iteration (it is yielded, then `None`).
 pub fn packets<'a>(datagram: &'a [u8], opts: DecodeOptions) -> Packets<'a> {
-    Packets {
-        datagram,
-        pos: 0,
-        opts,
-        done: false,
-    }
+    Packets { datagram, pos: 0, opts, done: false }
 }
 
 impl<'a> Iterator for Packets<'a> {
@@ -562,19 +220,11 @@ impl<'a> Iterator for Packets<'a> {
         let rest = self.datagram.get(self.pos..).unwrap_or_default();
         if self.pos > 0 && rest.iter().all(|&b| b == 0) {
             self.done = true;
-            return (!rest.is_empty()).then_some(Err(DecodeError::ZeroPadding {
-                at: self.pos,
-                len: rest.len(),
-            }));
+            return (!rest.is_empty()).then_some(Err(DecodeError::ZeroPadding { at: self.pos, len: rest.len() }));
         }
         let item = decode_packet(self.datagram, self.pos, &self.opts);
         match &item {
-            Ok(
-                packet @ Packet {
-                    header: Header::Long(_),
-                    ..
-                },
-            ) => self.pos = packet.offset.saturating_add(packet.len),
+            Ok(packet @ Packet { header: Header::Long(_), .. }) => self.pos = packet.offset.saturating_add(packet.len),
             _ => self.done = true,
         }
         Some(item)
@@ -599,12 +249,7 @@ impl<'a> Reader<'a> {
     }
 
     fn truncated(&self, what: &'static str, need: usize) -> DecodeError {
-        DecodeError::Truncated {
-            what,
-            at: self.pos,
-            need,
-            have: self.left(),
-        }
+        DecodeError::Truncated { what, at: self.pos, need, have: self.left() }
     }
 
     fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
@@ -643,9 +288,7 @@ impl<'a> Reader<'a> {
             self.pos = at;
             self.truncated(what, len)
         })?;
-        Ok(rest
-            .iter()
-            .fold(u64::from(first & 0x3f), |v, &b| (v << 8) | u64::from(b)))
+        Ok(rest.iter().fold(u64::from(first & 0x3f), |v, &b| (v << 8) | u64::from(b)))
     }
 
     /// A long-header connection ID: a length byte, then that many bytes.

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use super::header::{Header, MAX_CID_LEN, Packet};
+use super::packet::{Header, MAX_CID_LEN, Packet};
 
 /// An owned connection ID of at most 20 bytes, usable as a map key.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -23,10 +23,7 @@ impl ConnectionId {
     pub fn new(bytes: &[u8]) -> Option<Self> {
         let mut out = [0; MAX_CID_LEN];
         out.get_mut(..bytes.len())?.copy_from_slice(bytes);
-        Some(Self {
-            len: u8::try_from(bytes.len()).ok()?,
-            bytes: out,
-        })
+        Some(Self { len: u8::try_from(bytes.len()).ok()?, bytes: out })
     }
 
     /// The ID's bytes.
@@ -48,9 +45,7 @@ impl ConnectionId {
 impl fmt::Display for ConnectionId {
     /// Lower-case hex, as Wireshark and qlog show CIDs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.as_bytes()
-            .iter()
-            .try_for_each(|b| write!(f, "{b:02x}"))
+        self.as_bytes().iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
 
@@ -94,10 +89,7 @@ impl Packet<'_> {
     pub fn client_to_server_keys(&self) -> KeyCandidates {
         match &self.header {
             Header::VersionNegotiation(_) => KeyCandidates::default(),
-            _ => KeyCandidates {
-                dcid: key(self.dcid()),
-                scid: key(self.scid()),
-            },
+            _ => KeyCandidates { dcid: key(self.dcid()), scid: key(self.scid()) },
         }
     }
 
@@ -114,8 +106,6 @@ impl Packet<'_> {
                 return None;
             }
         };
-        u8::try_from(scid.len())
-            .ok()
-            .filter(|&len| usize::from(len) <= MAX_CID_LEN)
+        u8::try_from(scid.len()).ok().filter(|&len| usize::from(len) <= MAX_CID_LEN)
     }
 }

@@ -60,15 +60,16 @@
 mod error;
 mod header;
 mod keys;
+mod packet;
 
 #[cfg(test)]
 mod tests;
 
 pub use error::{CidField, DecodeError, ErrorKind};
-pub use header::{
-    DecodeOptions, Header, LongHeader, LongType, MAX_CID_LEN, MIN_PROTECTED_LEN, Packet,
-    PacketType, Packets, RETRY_INTEGRITY_TAG_LEN, RetryHeader, ShortDcidLen, ShortHeader, Token,
-    UnknownVersionHeader, VERSION_1, VERSION_2, VERSION_DRAFT_29, VERSION_NEGOTIATION, Version,
-    VersionNegotiation, decode_packet, packets,
-};
+pub use header::{DecodeOptions, Packets, ShortDcidLen, decode_packet, packets};
 pub use keys::{ConnectionId, KeyCandidates};
+pub use packet::{
+    Header, LongHeader, LongType, MAX_CID_LEN, MIN_PROTECTED_LEN, Packet, PacketType, RETRY_INTEGRITY_TAG_LEN,
+    RetryHeader, ShortHeader, Token, UnknownVersionHeader, VERSION_1, VERSION_2, VERSION_DRAFT_29, VERSION_NEGOTIATION,
+    Version, VersionNegotiation,
+};

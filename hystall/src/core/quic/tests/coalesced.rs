@@ -2,8 +2,8 @@
 //! draft-29, error reasons, connection keys.
 
 use super::super::{
-    CidField, ConnectionId, DecodeError, DecodeOptions, ErrorKind, Header, PacketType, VERSION_1,
-    VERSION_2, VERSION_DRAFT_29, Version, decode_packet, packets,
+    CidField, ConnectionId, DecodeError, DecodeOptions, ErrorKind, Header, PacketType, VERSION_1, VERSION_2,
+    VERSION_DRAFT_29, Version, decode_packet, packets,
 };
 use super::{all_ok, hex, long_packet, short_packet};
 
@@ -13,14 +13,7 @@ const SERVER_CID: [u8; 4] = [0x5e, 0x1e, 0xc7, 0xed];
 /// Initial + Handshake + 1-RTT in one datagram, as a client sends when it
 /// finishes the handshake. `types` are the first bytes for Initial, Handshake.
 fn three_packets(version: u32, initial_first: u8, handshake_first: u8) -> (Vec<u8>, [usize; 3]) {
-    let initial = long_packet(
-        initial_first,
-        version,
-        &SERVER_CID,
-        &CLIENT_CID,
-        Some(b"tok"),
-        60,
-    );
+    let initial = long_packet(initial_first, version, &SERVER_CID, &CLIENT_CID, Some(b"tok"), 60);
     let handshake = long_packet(handshake_first, version, &SERVER_CID, &CLIENT_CID, None, 40);
     let short = short_packet(0x60, &SERVER_CID, 30);
     let sizes = [initial.len(), handshake.len(), short.len()];
@@ -31,41 +24,21 @@ fn check_three(version: Version, initial_first: u8, handshake_first: u8) {
     let (datagram, sizes) = three_packets(version.wire(), initial_first, handshake_first);
     let all = all_ok(&datagram, DecodeOptions::with_short_dcid_len(4));
     let types: Vec<_> = all.iter().map(|p| p.packet_type()).collect();
-    assert_eq!(
-        types,
-        [
-            PacketType::Initial,
-            PacketType::Handshake,
-            PacketType::OneRtt
-        ]
-    );
+    assert_eq!(types, [PacketType::Initial, PacketType::Handshake, PacketType::OneRtt]);
     let extents: Vec<_> = all.iter().map(|p| (p.offset, p.len)).collect();
-    assert_eq!(
-        extents,
-        [
-            (0, sizes[0]),
-            (sizes[0], sizes[1]),
-            (sizes[0] + sizes[1], sizes[2])
-        ]
-    );
+    assert_eq!(extents, [(0, sizes[0]), (sizes[0], sizes[1]), (sizes[0] + sizes[1], sizes[2])]);
     for p in &all {
         assert_eq!(p.dcid(), Some(&SERVER_CID[..]));
     }
-    let Header::Long(initial) = all[0].header else {
-        panic!("Initial first")
-    };
+    let Header::Long(initial) = all[0].header else { panic!("Initial first") };
     let token = initial.token.expect("token");
     assert_eq!(token.bytes, b"tok");
     assert_eq!(&datagram[token.offset..token.offset + 3], b"tok");
     assert_eq!((initial.version, initial.length), (version, 60));
-    let Header::Long(handshake) = all[1].header else {
-        panic!("Handshake second")
-    };
+    let Header::Long(handshake) = all[1].header else { panic!("Handshake second") };
     assert_eq!(handshake.token, None);
     assert_eq!(handshake.pn_offset, sizes[0] + 1 + 4 + 1 + 4 + 1 + 8 + 2);
-    let Header::Short(short) = all[2].header else {
-        panic!("short last")
-    };
+    let Header::Short(short) = all[2].header else { panic!("short last") };
     assert!(short.spin_bit);
     assert_eq!(short.pn_offset, Some(sizes[0] + sizes[1] + 1 + 4));
 }
@@ -112,13 +85,7 @@ fn trailing_zeros_are_padding_not_a_packet() {
     let items: Vec<_> = packets(&datagram, DecodeOptions::default()).collect();
     assert_eq!(items.len(), 3);
     let err = items[2].clone().expect_err("padding");
-    assert_eq!(
-        err,
-        DecodeError::ZeroPadding {
-            at: sizes[0] + sizes[1],
-            len: 25
-        }
-    );
+    assert_eq!(err, DecodeError::ZeroPadding { at: sizes[0] + sizes[1], len: 25 });
     assert_eq!(err.kind(), ErrorKind::Padding);
 }
 
@@ -131,18 +98,10 @@ fn version_negotiation_lists_versions() {
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].packet_type(), PacketType::VersionNegotiation);
     assert_eq!(all[0].version(), Some(0));
-    let Header::VersionNegotiation(h) = all[0].header else {
-        panic!("VN expected")
-    };
-    assert_eq!(
-        (h.first_byte, h.dcid, h.scid),
-        (0x8a, &CLIENT_CID[..], &SERVER_CID[..])
-    );
+    let Header::VersionNegotiation(h) = all[0].header else { panic!("VN expected") };
+    assert_eq!((h.first_byte, h.dcid, h.scid), (0x8a, &CLIENT_CID[..], &SERVER_CID[..]));
     let versions: Vec<u32> = h.versions().collect();
-    assert_eq!(
-        versions,
-        [VERSION_1, VERSION_2, VERSION_DRAFT_29, 0x1a2a_3a4a]
-    );
+    assert_eq!(versions, [VERSION_1, VERSION_2, VERSION_DRAFT_29, 0x1a2a_3a4a]);
     assert_eq!(all[0].client_to_server_keys().iter().count(), 0);
     assert_eq!(all[0].server_cid_len_hint(), None);
 }
@@ -180,18 +139,14 @@ fn unknown_version_reports_invariants_and_stops() {
 
 #[test]
 fn fixed_bit_clear_is_not_quic() {
-    for bytes in [
-        short_packet(0x20, &SERVER_CID, 30),
-        long_packet(0x80, VERSION_1, &SERVER_CID, &CLIENT_CID, Some(b""), 30),
-    ] {
+    for bytes in
+        [short_packet(0x20, &SERVER_CID, 30), long_packet(0x80, VERSION_1, &SERVER_CID, &CLIENT_CID, Some(b""), 30)]
+    {
         let err = decode_packet(&bytes, 0, &DecodeOptions::default()).expect_err("clear");
         assert_eq!(err, DecodeError::FixedBitClear { at: 0 });
         assert_eq!(err.kind(), ErrorKind::NotQuic);
         // Unless the peers negotiated greasing the bit (RFC 9287).
-        let opts = DecodeOptions {
-            allow_clear_fixed_bit: true,
-            ..DecodeOptions::with_short_dcid_len(4)
-        };
+        let opts = DecodeOptions { allow_clear_fixed_bit: true, ..DecodeOptions::with_short_dcid_len(4) };
         let p = decode_packet(&bytes, 0, &opts).expect("greased");
         assert_eq!(p.len, bytes.len());
     }
@@ -213,26 +168,17 @@ fn cid_longer_than_20_is_rejected_for_v1_and_short_headers() {
     let long = long_packet(0xc0, VERSION_1, &[1; 21], &CLIENT_CID, Some(b""), 30);
     assert_eq!(
         decode_packet(&long, 0, &DecodeOptions::default()),
-        Err(DecodeError::CidTooLong {
-            which: CidField::Dcid,
-            len: 21
-        })
+        Err(DecodeError::CidTooLong { which: CidField::Dcid, len: 21 })
     );
     let long = long_packet(0xe0, VERSION_2, &SERVER_CID, &[1; 200], None, 30);
     assert_eq!(
         decode_packet(&long, 0, &DecodeOptions::default()),
-        Err(DecodeError::CidTooLong {
-            which: CidField::Scid,
-            len: 200
-        })
+        Err(DecodeError::CidTooLong { which: CidField::Scid, len: 200 })
     );
     let short = short_packet(0x40, &[1; 30], 30);
     assert_eq!(
         decode_packet(&short, 0, &DecodeOptions::with_short_dcid_len(21)),
-        Err(DecodeError::CidTooLong {
-            which: CidField::ShortDcid,
-            len: 21
-        })
+        Err(DecodeError::CidTooLong { which: CidField::ShortDcid, len: 21 })
     );
 }
 
@@ -243,11 +189,7 @@ fn length_inconsistencies_have_their_own_reasons() {
     let pn_offset = 1 + 4 + 1 + 4 + 1 + 8 + 2;
     assert_eq!(
         decode_packet(&p, 0, &DecodeOptions::default()),
-        Err(DecodeError::BadLength {
-            at: pn_offset,
-            declared: 40,
-            available: 39
-        })
+        Err(DecodeError::BadLength { at: pn_offset, declared: 40, available: 39 })
     );
     let p = long_packet(0xe0, VERSION_1, &SERVER_CID, &CLIENT_CID, None, 19);
     assert_eq!(
@@ -274,66 +216,15 @@ fn truncated_fields_name_themselves() {
     let p = long_packet(0xc0, VERSION_1, &SERVER_CID, &CLIENT_CID, Some(b""), 40);
     let cases = [
         (0, DecodeError::Empty),
-        (
-            3,
-            DecodeError::Truncated {
-                what: "version",
-                at: 1,
-                need: 4,
-                have: 2,
-            },
-        ),
-        (
-            5,
-            DecodeError::Truncated {
-                what: "DCID length",
-                at: 5,
-                need: 1,
-                have: 0,
-            },
-        ),
-        (
-            8,
-            DecodeError::Truncated {
-                what: "DCID",
-                at: 6,
-                need: 4,
-                have: 2,
-            },
-        ),
-        (
-            13,
-            DecodeError::Truncated {
-                what: "SCID",
-                at: 11,
-                need: 8,
-                have: 2,
-            },
-        ),
-        (
-            19,
-            DecodeError::Truncated {
-                what: "token length",
-                at: 19,
-                need: 1,
-                have: 0,
-            },
-        ),
-        (
-            21,
-            DecodeError::Truncated {
-                what: "Length",
-                at: 20,
-                need: 2,
-                have: 1,
-            },
-        ),
+        (3, DecodeError::Truncated { what: "version", at: 1, need: 4, have: 2 }),
+        (5, DecodeError::Truncated { what: "DCID length", at: 5, need: 1, have: 0 }),
+        (8, DecodeError::Truncated { what: "DCID", at: 6, need: 4, have: 2 }),
+        (13, DecodeError::Truncated { what: "SCID", at: 11, need: 8, have: 2 }),
+        (19, DecodeError::Truncated { what: "token length", at: 19, need: 1, have: 0 }),
+        (21, DecodeError::Truncated { what: "Length", at: 20, need: 2, have: 1 }),
     ];
     for (len, want) in cases {
-        assert_eq!(
-            decode_packet(&p[..len], 0, &DecodeOptions::default()),
-            Err(want)
-        );
+        assert_eq!(decode_packet(&p[..len], 0, &DecodeOptions::default()), Err(want));
     }
 }
 

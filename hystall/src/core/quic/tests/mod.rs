@@ -69,9 +69,7 @@ pub(super) fn short_packet(first: u8, dcid: &[u8], body_len: usize) -> Vec<u8> {
 
 /// All packets of a datagram, panicking on any error.
 pub(super) fn all_ok(datagram: &[u8], opts: DecodeOptions) -> Vec<Packet<'_>> {
-    packets(datagram, opts)
-        .collect::<Result<Vec<_>, DecodeError>>()
-        .expect("every packet decodes")
+    packets(datagram, opts).collect::<Result<Vec<_>, DecodeError>>().expect("every packet decodes")
 }
 
 /// xorshift64*: a tiny deterministic PRNG, so failures reproduce.

@@ -5,13 +5,13 @@ use std::io::Cursor;
 
 use bytes::BytesMut;
 use quinn_proto::{
-    ConnectionIdParser, FixedLengthConnectionIdParser, LongType as QuinnLongType,
-    PacketDecodeError, PartialDecode, ProtectedHeader,
+    ConnectionIdParser, FixedLengthConnectionIdParser, LongType as QuinnLongType, PacketDecodeError, PartialDecode,
+    ProtectedHeader,
 };
 
 use super::super::{
-    DecodeError, DecodeOptions, Header, LongType, MAX_CID_LEN, Packet, VERSION_1, VERSION_2,
-    VERSION_DRAFT_29, decode_packet,
+    DecodeError, DecodeOptions, Header, LongType, MAX_CID_LEN, Packet, VERSION_1, VERSION_2, VERSION_DRAFT_29,
+    decode_packet,
 };
 use super::robust::valid_datagrams;
 use super::{Rng, rfc};
@@ -26,26 +26,14 @@ struct Quinn {
 }
 
 /// quinn's view of the packet at `offset`, short-header DCID `dcid_len` bytes.
-fn quinn(
-    datagram: &[u8],
-    offset: usize,
-    dcid_len: usize,
-    versions: &[u32],
-) -> Result<Quinn, PacketDecodeError> {
+fn quinn(datagram: &[u8], offset: usize, dcid_len: usize, versions: &[u32]) -> Result<Quinn, PacketDecodeError> {
     assert!(dcid_len <= MAX_CID_LEN, "quinn panics on longer CIDs");
     let parser = FixedLengthConnectionIdParser::new(dcid_len);
     let bytes = BytesMut::from(&datagram[offset..]);
-    let header =
-        ProtectedHeader::decode(&mut Cursor::new(bytes.clone()), &parser, versions, false)?;
+    let header = ProtectedHeader::decode(&mut Cursor::new(bytes.clone()), &parser, versions, false)?;
     let (partial, rest) = PartialDecode::new(bytes, &parser, versions, false)?;
-    assert_eq!(
-        partial.len() + rest.map_or(0, |r| r.len()),
-        datagram.len() - offset
-    );
-    Ok(Quinn {
-        header,
-        len: partial.len(),
-    })
+    assert_eq!(partial.len() + rest.map_or(0, |r| r.len()), datagram.len() - offset);
+    Ok(Quinn { header, len: partial.len() })
 }
 
 /// Both decoders accepted the packet: they must agree on everything both see.
@@ -61,16 +49,7 @@ fn assert_agree(ours: &Packet<'_>, theirs: &Quinn) {
             assert_eq!(pos, q.token_pos);
             assert_eq!((h.length, h.version.wire()), (q.len, q.version));
         }
-        (
-            Header::Long(h),
-            ProtectedHeader::Long {
-                ty,
-                dst_cid,
-                src_cid,
-                len,
-                version,
-            },
-        ) => {
+        (Header::Long(h), ProtectedHeader::Long { ty, dst_cid, src_cid, len, version }) => {
             let ty = match ty {
                 QuinnLongType::Handshake => LongType::Handshake,
                 QuinnLongType::ZeroRtt => LongType::ZeroRtt,
@@ -79,14 +58,7 @@ fn assert_agree(ours: &Packet<'_>, theirs: &Quinn) {
             assert_eq!((h.dcid, h.scid), (&dst_cid[..], &src_cid[..]));
             assert_eq!((h.length, h.version.wire()), (*len, *version));
         }
-        (
-            Header::Retry(h),
-            ProtectedHeader::Retry {
-                dst_cid,
-                src_cid,
-                version,
-            },
-        ) => {
+        (Header::Retry(h), ProtectedHeader::Retry { dst_cid, src_cid, version }) => {
             assert_eq!((h.dcid, h.scid), (&dst_cid[..], &src_cid[..]));
             assert_eq!(h.version.wire(), *version);
         }
@@ -94,14 +66,7 @@ fn assert_agree(ours: &Packet<'_>, theirs: &Quinn) {
             assert_eq!(h.spin_bit, *spin);
             assert_eq!(h.dcid, Some(&dst_cid[..]));
         }
-        (
-            Header::VersionNegotiation(h),
-            ProtectedHeader::VersionNegotiate {
-                random,
-                dst_cid,
-                src_cid,
-            },
-        ) => {
+        (Header::VersionNegotiation(h), ProtectedHeader::VersionNegotiate { random, dst_cid, src_cid }) => {
             assert_eq!(h.first_byte & 0x7f, *random);
             assert_eq!((h.dcid, h.scid), (&dst_cid[..], &src_cid[..]));
         }
@@ -126,17 +91,8 @@ fn cross_check(datagram: &[u8], dcid_len: u8) -> &'static str {
         }
         // Unknown versions: quinn also reports the invariant CIDs.
         (
-            Ok(
-                p @ Packet {
-                    header: Header::UnknownVersion(h),
-                    ..
-                },
-            ),
-            Err(PacketDecodeError::UnsupportedVersion {
-                src_cid,
-                dst_cid,
-                version,
-            }),
+            Ok(p @ Packet { header: Header::UnknownVersion(h), .. }),
+            Err(PacketDecodeError::UnsupportedVersion { src_cid, dst_cid, version }),
         ) => {
             assert_eq!((h.dcid, h.scid), (&dst_cid[..], &src_cid[..]));
             assert_eq!(p.version(), Some(*version));
@@ -146,15 +102,12 @@ fn cross_check(datagram: &[u8], dcid_len: u8) -> &'static str {
         // version; RFC 8999 does neither for VN and unknown versions.
         (Ok(p), Err(PacketDecodeError::InvalidHeader(_))) => {
             assert!(
-                matches!(
-                    p.header,
-                    Header::VersionNegotiation(_) | Header::UnknownVersion(_)
-                ),
+                matches!(p.header, Header::VersionNegotiation(_) | Header::UnknownVersion(_)),
                 "we accept, quinn rejects: {p:?} / {theirs:?}"
             );
             let fixed_clear = datagram[0] & 0x40 == 0;
-            let long_cid = p.dcid().is_some_and(|c| c.len() > MAX_CID_LEN)
-                || p.scid().is_some_and(|c| c.len() > MAX_CID_LEN);
+            let long_cid =
+                p.dcid().is_some_and(|c| c.len() > MAX_CID_LEN) || p.scid().is_some_and(|c| c.len() > MAX_CID_LEN);
             assert!(fixed_clear || long_cid, "{p:?} / {theirs:?}");
             "only we accept"
         }
@@ -165,10 +118,7 @@ fn cross_check(datagram: &[u8], dcid_len: u8) -> &'static str {
                     e,
                     DecodeError::TooSmallForHeaderProtection { .. }
                         | DecodeError::BadVersionList { .. }
-                        | DecodeError::Truncated {
-                            what: "Retry integrity tag",
-                            ..
-                        }
+                        | DecodeError::Truncated { what: "Retry integrity tag", .. }
                 ),
                 "we reject ({e}), quinn accepts"
             );
@@ -215,22 +165,12 @@ fn quinn_reads_v2_type_bits_with_v1_numbering() {
     // 0b01) for 0-RTT, and so reads the token-length byte as the Length.
     let initial = rfc::v2_client_initial();
     let q = quinn(&initial, 0, 0, &[VERSION_2]).expect("quinn parses it, wrongly");
-    assert!(matches!(
-        q.header,
-        ProtectedHeader::Long {
-            ty: QuinnLongType::ZeroRtt,
-            len: 0,
-            ..
-        }
-    ));
+    assert!(matches!(q.header, ProtectedHeader::Long { ty: QuinnLongType::ZeroRtt, len: 0, .. }));
     // The v2 Retry (type bits 0b00) it takes for an Initial, whose "token"
     // then runs past the end.
     let retry = rfc::v2_retry();
     let err = quinn(&retry, 0, 0, &[VERSION_2]).err();
-    assert_eq!(
-        err,
-        Some(PacketDecodeError::InvalidHeader("token out of bounds"))
-    );
+    assert_eq!(err, Some(PacketDecodeError::InvalidHeader("token out of bounds")));
     // Ours: Initial and Retry.
     for (bytes, want) in [(initial, "Initial"), (retry, "Retry")] {
         let p = decode_packet(&bytes, 0, &DecodeOptions::default()).expect("v2");
@@ -244,10 +184,7 @@ fn quinn_fixed_length_parser_panics_past_20_bytes() {
         let mut buf = &[0u8; 64][..];
         FixedLengthConnectionIdParser::new(MAX_CID_LEN + 1).parse(&mut buf)
     });
-    assert!(
-        result.is_err(),
-        "so lengths from the wire must be capped first"
-    );
+    assert!(result.is_err(), "so lengths from the wire must be capped first");
 }
 
 #[test]
@@ -279,18 +216,9 @@ fn differential_fuzz_against_quinn() {
         let case = cross_check(&buf, [0, 4, 8, 20][i % 4]);
         *cases.entry(case).or_insert(0) += 1;
     }
-    let all = [
-        "both accept",
-        "both reject",
-        "only quinn accepts",
-        "only we accept",
-        "unknown version",
-    ];
+    let all = ["both accept", "both reject", "only quinn accepts", "only we accept", "unknown version"];
     for case in all {
-        assert!(
-            cases.get(case).copied().unwrap_or(0) >= 20,
-            "{case} too rare: {cases:?}"
-        );
+        assert!(cases.get(case).copied().unwrap_or(0) >= 20, "{case} too rare: {cases:?}");
     }
 }
 
@@ -298,19 +226,13 @@ fn differential_fuzz_against_quinn() {
 fn quinn_rejects_what_the_invariants_allow_and_misses_a_missing_retry_tag() {
     // Version Negotiation with its arbitrary fixed bit clear.
     let vn = super::hex("80 00000000 00 00 00000001");
-    assert_eq!(
-        quinn(&vn, 0, 0, QUINN_VERSIONS).err(),
-        Some(PacketDecodeError::InvalidHeader("fixed bit unset"))
-    );
+    assert_eq!(quinn(&vn, 0, 0, QUINN_VERSIONS).err(), Some(PacketDecodeError::InvalidHeader("fixed bit unset")));
     assert!(decode_packet(&vn, 0, &DecodeOptions::default()).is_ok());
     // Version Negotiation echoing a 21-byte CID.
     let mut vn = super::hex("c0 00000000 15");
     vn.extend([1; 21]);
     vn.extend(super::hex("00 00000001"));
-    assert_eq!(
-        quinn(&vn, 0, 0, QUINN_VERSIONS).err(),
-        Some(PacketDecodeError::InvalidHeader("malformed cid"))
-    );
+    assert_eq!(quinn(&vn, 0, 0, QUINN_VERSIONS).err(), Some(PacketDecodeError::InvalidHeader("malformed cid")));
     assert!(decode_packet(&vn, 0, &DecodeOptions::default()).is_ok());
     // A Retry cut right after its SCID: quinn accepts it.
     let retry = rfc::v1_retry();
@@ -318,11 +240,6 @@ fn quinn_rejects_what_the_invariants_allow_and_misses_a_missing_retry_tag() {
     assert!(quinn(cut, 0, 0, QUINN_VERSIONS).is_ok());
     assert_eq!(
         decode_packet(cut, 0, &DecodeOptions::default()),
-        Err(DecodeError::Truncated {
-            what: "Retry integrity tag",
-            at: 15,
-            need: 16,
-            have: 0
-        })
+        Err(DecodeError::Truncated { what: "Retry integrity tag", at: 15, need: 16, have: 0 })
     );
 }

@@ -5,9 +5,7 @@
 //! first 32 bytes (header, protected packet number, sample) padded to the
 //! RFC's total size, which is all a header decoder looks at.
 
-use super::super::{
-    DecodeError, DecodeOptions, Header, LongType, PacketType, Version, decode_packet, packets,
-};
+use super::super::{DecodeError, DecodeOptions, Header, LongType, PacketType, Version, decode_packet, packets};
 use super::{all_ok, hex, padded};
 
 pub(in super::super) const ODCID: &str = "8394c8f03e515708";
@@ -15,21 +13,16 @@ pub(in super::super) const SERVER_SCID: &str = "f067a5502a4262b5";
 
 /// RFC 9001 A.2: client Initial, first 32 bytes; 1200 bytes in all.
 pub(in super::super) fn v1_client_initial() -> Vec<u8> {
-    padded(
-        "c000000001088394c8f03e5157080000449e7b9aec34d1b1c98dd7689fb8ec11",
-        1200,
-    )
+    padded("c000000001088394c8f03e5157080000449e7b9aec34d1b1c98dd7689fb8ec11", 1200)
 }
 
 /// RFC 9001 A.3: server Initial, exact (135 bytes).
 pub(in super::super) fn v1_server_initial() -> Vec<u8> {
-    hex(
-        "cf000000010008f067a5502a4262b5004075c0d95a482cd0991cd25b0aac406a
+    hex("cf000000010008f067a5502a4262b5004075c0d95a482cd0991cd25b0aac406a
          5816b6394100f37a1c69797554780bb38cc5a99f5ede4cf73c3ec2493a1839b3
          dbcba3f6ea46c5b7684df3548e7ddeb9c3bf9c73cc3f3bded74b562bfb19fb84
          022f8ef4cdd93795d77d06edbb7aaf2f58891850abbdca3d20398c276456cbc4
-         2158407dd074ee",
-    )
+         2158407dd074ee")
 }
 
 /// RFC 9001 A.4: Retry, exact.
@@ -44,18 +37,12 @@ pub(in super::super) fn v1_short() -> Vec<u8> {
 
 /// RFC 9369 A.2: v2 client Initial, first 32 bytes; 1200 bytes in all.
 pub(in super::super) fn v2_client_initial() -> Vec<u8> {
-    padded(
-        "d76b3343cf088394c8f03e5157080000449ea0c95e82ffe67b6abcdb4298b485",
-        1200,
-    )
+    padded("d76b3343cf088394c8f03e5157080000449ea0c95e82ffe67b6abcdb4298b485", 1200)
 }
 
 /// RFC 9369 A.3: v2 server Initial, first 32 bytes; 135 bytes in all.
 pub(in super::super) fn v2_server_initial() -> Vec<u8> {
-    padded(
-        "dc6b3343cf0008f067a5502a4262b5004075d92faaf16f05d8a4398c47089698",
-        135,
-    )
+    padded("dc6b3343cf0008f067a5502a4262b5004075d92faaf16f05d8a4398c47089698", 135)
 }
 
 /// RFC 9369 A.4: v2 Retry, exact.
@@ -79,9 +66,7 @@ fn check_client_initial(datagram: &[u8], version: Version, first: u8) {
     assert_eq!((p.offset, p.len), (0, 1200));
     assert_eq!(p.packet_type(), PacketType::Initial);
     assert_eq!(p.version(), Some(version.wire()));
-    let Header::Long(h) = p.header else {
-        panic!("long header expected: {p:?}")
-    };
+    let Header::Long(h) = p.header else { panic!("long header expected: {p:?}") };
     assert_eq!(h.version, version);
     assert_eq!(h.packet_type, LongType::Initial);
     assert_eq!(h.first_byte_protected, first);
@@ -110,9 +95,7 @@ fn check_server_initial(datagram: &[u8], version: Version) {
     assert_eq!(datagram.len(), 135);
     let p = only_packet(datagram, DecodeOptions::default());
     assert_eq!((p.offset, p.len), (0, 135));
-    let Header::Long(h) = p.header else {
-        panic!("long header expected: {p:?}")
-    };
+    let Header::Long(h) = p.header else { panic!("long header expected: {p:?}") };
     assert_eq!((h.version, h.packet_type), (version, LongType::Initial));
     assert!(h.dcid.is_empty());
     assert_eq!(h.scid, hex(SERVER_SCID));
@@ -137,9 +120,7 @@ fn check_retry(datagram: &[u8], version: Version, first: u8, tag: &str) {
     let p = only_packet(datagram, DecodeOptions::default());
     assert_eq!((p.offset, p.len), (0, 36));
     assert_eq!(p.packet_type(), PacketType::Retry);
-    let Header::Retry(h) = p.header else {
-        panic!("Retry expected: {p:?}")
-    };
+    let Header::Retry(h) = p.header else { panic!("Retry expected: {p:?}") };
     assert_eq!((h.version, h.first_byte), (version, first));
     assert!(h.dcid.is_empty());
     assert_eq!(h.scid, hex(SERVER_SCID));
@@ -150,23 +131,13 @@ fn check_retry(datagram: &[u8], version: Version, first: u8, tag: &str) {
 
 #[test]
 fn rfc9001_a4_retry() {
-    check_retry(
-        &v1_retry(),
-        Version::V1,
-        0xff,
-        "04a265ba2eff4d829058fb3f0f2496ba",
-    );
+    check_retry(&v1_retry(), Version::V1, 0xff, "04a265ba2eff4d829058fb3f0f2496ba");
 }
 
 #[test]
 fn rfc9369_a4_v2_retry_type_bits_are_remapped() {
     // 0xcf: type bits 0b00, Initial in v1, Retry in v2.
-    check_retry(
-        &v2_retry(),
-        Version::V2,
-        0xcf,
-        "c8646ce8bfe33952d955543665dcc7b6",
-    );
+    check_retry(&v2_retry(), Version::V2, 0xcf, "c8646ce8bfe33952d955543665dcc7b6");
 }
 
 fn check_short(datagram: &[u8], first: u8) {
@@ -174,18 +145,14 @@ fn check_short(datagram: &[u8], first: u8) {
     assert_eq!((p.offset, p.len), (0, 21));
     assert_eq!(p.packet_type(), PacketType::OneRtt);
     assert_eq!(p.version(), None);
-    let Header::Short(h) = p.header else {
-        panic!("short header expected: {p:?}")
-    };
+    let Header::Short(h) = p.header else { panic!("short header expected: {p:?}") };
     assert_eq!(h.first_byte_protected, first);
     assert!(h.fixed_bit);
     assert!(!h.spin_bit);
     assert_eq!((h.dcid, h.pn_offset), (Some(&[][..]), Some(1)));
     // Unknown DCID length: same packet, no DCID.
     let p = only_packet(datagram, DecodeOptions::default());
-    let Header::Short(h) = p.header else {
-        panic!("short header expected: {p:?}")
-    };
+    let Header::Short(h) = p.header else { panic!("short header expected: {p:?}") };
     assert_eq!((h.dcid, h.pn_offset, p.len), (None, None, 21));
 }
 
@@ -203,16 +170,10 @@ fn rfc9369_a5_v2_chacha20_short_header() {
 fn a5_short_header_one_byte_shorter_is_too_small_for_a_sample() {
     let short = v1_short();
     let err = decode_packet(&short[..20], 0, &DecodeOptions::with_short_dcid_len(0));
-    assert_eq!(
-        err,
-        Err(DecodeError::TooSmallForHeaderProtection { at: 0, have: 19 })
-    );
+    assert_eq!(err, Err(DecodeError::TooSmallForHeaderProtection { at: 0, have: 19 }));
     // A.5 with a 4-byte DCID assumed leaves only 16 bytes: not a packet.
     let err = decode_packet(&short, 0, &DecodeOptions::with_short_dcid_len(4));
-    assert_eq!(
-        err,
-        Err(DecodeError::TooSmallForHeaderProtection { at: 0, have: 16 })
-    );
+    assert_eq!(err, Err(DecodeError::TooSmallForHeaderProtection { at: 0, have: 16 }));
 }
 
 #[test]
@@ -220,12 +181,5 @@ fn rfc_initial_with_a_wrong_total_size_is_a_bad_length() {
     let mut short_by_one = v1_client_initial();
     short_by_one.pop();
     let first = packets(&short_by_one, DecodeOptions::default()).next();
-    assert_eq!(
-        first,
-        Some(Err(DecodeError::BadLength {
-            at: 18,
-            declared: 1182,
-            available: 1181
-        }))
-    );
+    assert_eq!(first, Some(Err(DecodeError::BadLength { at: 18, declared: 1182, available: 1181 })));
 }

@@ -2,8 +2,7 @@
 //! datagram, and thousands of random and mutated buffers.
 
 use super::super::{
-    DecodeOptions, Header, Packet, ShortDcidLen, VERSION_1, VERSION_2, VERSION_DRAFT_29,
-    decode_packet, packets,
+    DecodeOptions, Header, Packet, ShortDcidLen, VERSION_1, VERSION_2, VERSION_DRAFT_29, decode_packet, packets,
 };
 use super::{Rng, hex, long_packet, rfc, short_packet};
 
@@ -34,15 +33,10 @@ pub(super) fn valid_datagrams() -> Vec<Vec<u8>> {
 }
 
 fn option_sets() -> Vec<DecodeOptions> {
-    let mut sets: Vec<DecodeOptions> = [0, 4, 8, 20, 21, 255]
-        .into_iter()
-        .map(DecodeOptions::with_short_dcid_len)
-        .collect();
+    let mut sets: Vec<DecodeOptions> =
+        [0, 4, 8, 20, 21, 255].into_iter().map(DecodeOptions::with_short_dcid_len).collect();
     sets.push(DecodeOptions::default());
-    sets.push(DecodeOptions {
-        short_dcid_len: ShortDcidLen::Known(4),
-        allow_clear_fixed_bit: true,
-    });
+    sets.push(DecodeOptions { short_dcid_len: ShortDcidLen::Known(4), allow_clear_fixed_bit: true });
     sets
 }
 
@@ -50,11 +44,7 @@ fn option_sets() -> Vec<DecodeOptions> {
 /// does everything it points at.
 fn check_packet(datagram: &[u8], p: &Packet<'_>) {
     let end = p.offset + p.len;
-    assert!(
-        p.len > 0 && end <= datagram.len(),
-        "{p:?} in {}",
-        datagram.len()
-    );
+    assert!(p.len > 0 && end <= datagram.len(), "{p:?} in {}", datagram.len());
     let within = |at: usize, len: usize| at >= p.offset && at + len <= end;
     match &p.header {
         Header::Long(h) => {
@@ -131,17 +121,12 @@ fn every_strict_prefix_of_a_long_packet_is_an_error() {
     // Length runs past the end (or a field before it does).
     for datagram in valid_datagrams() {
         let opts = DecodeOptions::default();
-        let Ok(first) = decode_packet(&datagram, 0, &opts) else {
-            panic!("valid datagram fails")
-        };
+        let Ok(first) = decode_packet(&datagram, 0, &opts) else { panic!("valid datagram fails") };
         if !matches!(first.header, Header::Long(_)) {
             continue;
         }
         for len in 0..first.len {
-            assert!(
-                decode_packet(&datagram[..len], 0, &opts).is_err(),
-                "len {len}"
-            );
+            assert!(decode_packet(&datagram[..len], 0, &opts).is_err(), "len {len}");
         }
     }
 }
