@@ -2,6 +2,7 @@
 //!
 //! Every task is idempotent, prints what it does, and can be re-run safely.
 
+mod bench;
 mod build;
 mod clippy;
 mod fmt;
@@ -39,6 +40,14 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Set up, then `cargo bench -p hystall --bench probe_overhead`: probe overhead,
+    /// attached vs detached (the benchmark runs through `sudo -E` when not root;
+    /// HYSTALL_BENCH_SECS sets the seconds per round).
+    Bench {
+        /// Extra arguments for cargo bench, after `--`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Set up, then `cargo clippy --workspace --all-targets --release -- -D warnings`.
     Clippy,
     /// `cargo fmt --all` (with --check: only check).
@@ -59,6 +68,7 @@ fn main() {
         Task::Build => build::build_release(),
         Task::Run { args } => run::run(&args),
         Task::Test { args } => test::test(&args),
+        Task::Bench { args } => bench::bench(&args),
         Task::Clippy => clippy::clippy(),
         Task::Fmt { check } => fmt::fmt(check),
         Task::Install => install::install(),

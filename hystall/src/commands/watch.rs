@@ -27,6 +27,10 @@ pub async fn run(args: WatchArgs) -> Result<()> {
     );
     let mode = Mode::from_args(&sel.pids, &sel.comms)?;
     let th = Thresholds { stall_timeout: Duration::from_secs_f64(sel.stall_timeout), ..Thresholds::default() };
+    // Handlers first: a SIGTERM right after start-up must still end the run
+    // through the normal path (probes dropped, exit 0), not kill the process.
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut live = Live::start(mode.clone(), mono_now()).context("starting the kernel probes")?;
 
     let clock = WallClock::now();
@@ -52,8 +56,6 @@ pub async fn run(args: WatchArgs) -> Result<()> {
     let mut obs = Vec::new();
     live.seed(mono_now(), &mut obs);
     let mut tick = tokio::time::interval(TICK);
-    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let end = args.duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d.max(0.0)));
     let deadline = async move {
         match end {

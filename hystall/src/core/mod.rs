@@ -3,6 +3,7 @@
 
 pub mod event;
 pub mod observation;
+pub mod quic;
 pub mod sockets;
 pub mod time;
 pub mod verdict;

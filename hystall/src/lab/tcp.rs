@@ -67,7 +67,8 @@ pub fn run(args: TcpLabArgs) -> anyhow::Result<()> {
         .map(Duration::try_from_secs_f64)
         .transpose()
         .context("--duration must be a finite, non-negative number of seconds")?;
-    let delay = Duration::try_from_secs_f64(args.delay).context("--delay must be a finite, non-negative number of seconds")?;
+    let delay =
+        Duration::try_from_secs_f64(args.delay).context("--delay must be a finite, non-negative number of seconds")?;
     if tokio::runtime::Handle::try_current().is_ok() {
         bail!("the TCP lab starts its own runtime: call it outside an async context");
     }
@@ -288,7 +289,15 @@ mod tests {
         let ready_file = dir.join("ready");
         let rt = tokio::runtime::Runtime::new().unwrap();
         let mut out = Vec::new();
-        rt.block_on(lab(&plan, 32 * 1024, Some(Duration::from_millis(1500)), Duration::ZERO, Some(&ready_file), &mut out)).unwrap();
+        rt.block_on(lab(
+            &plan,
+            32 * 1024,
+            Some(Duration::from_millis(1500)),
+            Duration::ZERO,
+            Some(&ready_file),
+            &mut out,
+        ))
+        .unwrap();
         rt.shutdown_background();
 
         let text = String::from_utf8(out).unwrap();

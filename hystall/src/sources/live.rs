@@ -35,6 +35,7 @@ pub struct Live {
     last_dump: Mono,
     /// Cookies already seeded (never twice).
     seeded: HashSet<u64>,
+    procs: procs::ProcCache,
 }
 
 impl Live {
@@ -58,6 +59,7 @@ impl Live {
             inodes: HashMap::new(),
             last_dump: Mono::ZERO,
             seeded: HashSet::new(),
+            procs: Default::default(),
         })
     }
 
@@ -88,19 +90,40 @@ impl Live {
 
     /// Waits until the ring buffer has events, then moves them into `out`.
     pub async fn recv(&mut self, out: &mut Vec<Observation>) -> std::io::Result<()> {
+        let first = out.len();
         let mut guard = self.events.readable_mut().await?;
         let ring = guard.get_inner_mut();
         while let Some(item) = ring.next() {
             if item.len() >= std::mem::size_of::<SockEvent>() {
                 // SAFETY: the kernel wrote a SockEvent (repr(C), Pod) of this size.
                 let ev: SockEvent = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SockEvent) };
-                if let Some(o) = event_to_obs(&ev) {
-                    out.push(o);
-                }
+                out.extend(event_to_obs(&ev));
             }
         }
         guard.clear_ready();
+        drop(guard);
+        for o in &mut out[first..] {
+            if let Observation::Sock { at, sample, .. } = o {
+                self.describe(*at, sample);
+            }
+        }
         Ok(())
+    }
+
+    /// Fills in what the kernel sample lacks: the process name and, for a
+    /// socket whose connect() we did not see, whether it was accepted.
+    fn describe(&mut self, now: Mono, sample: &mut SockSample) {
+        let diag = &mut self.diag;
+        let (comm, ports) =
+            self.procs.get(sample.pid, now, || diag.as_mut().map(seed::listening_ports).unwrap_or_default());
+        if !comm.is_empty() {
+            sample.comm = comm.to_owned();
+        }
+        if !sample.outbound
+            && let Some(local) = sample.local
+        {
+            sample.outbound = !ports.contains(&local.port());
+        }
     }
 
     /// Periodic work: re-read the sockets the model wants, in-flight sends, the
@@ -113,6 +136,7 @@ impl Live {
     ) {
         if now.since(self.last_scan) >= RESCAN_EVERY && self.mode.filters() {
             self.last_scan = now;
+            self.procs.expire(now);
             let pids = self.mode.resolve();
             if pids != self.pids {
                 let _ = self.probes.set_pids(&pids);
@@ -125,7 +149,9 @@ impl Live {
         }
         for &(cookie, local, remote) in wanted {
             if let Some(st) = self.probes.sock(cookie) {
-                out.push(Observation::Sock { at: now, change: SockChange::Poll, sample: to_sample(cookie, &st) });
+                let mut sample = to_sample(cookie, &st);
+                self.describe(now, &mut sample);
+                out.push(Observation::Sock { at: now, change: SockChange::Poll, sample });
             }
             if let (Some(l), Some(r), Some(diag)) = (local, remote, self.diag.as_mut())
                 && let Ok(Some(d)) = diag.query(cookie, l, r)

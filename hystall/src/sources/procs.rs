@@ -105,6 +105,49 @@ pub fn fd_socket_inode(pid: u32, fd: u64) -> Option<u32> {
     s.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
 }
 
+/// Per-process facts that events need and the kernel cannot give cheaply: the
+/// process name (the kernel reports the *thread's* comm, e.g. "tokio-rt-worker")
+/// and its listening ports (a socket on one of them was accepted, not connected).
+#[derive(Default)]
+pub struct ProcCache {
+    entries: std::collections::HashMap<u32, (crate::core::time::Mono, String, HashSet<u16>)>,
+}
+
+impl ProcCache {
+    const TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+    /// (process name, listening ports) of `pid`, refreshed every two seconds.
+    pub fn get(
+        &mut self,
+        pid: u32,
+        now: crate::core::time::Mono,
+        listeners: impl FnOnce() -> std::collections::HashMap<u32, u16>,
+    ) -> (&str, &HashSet<u16>) {
+        let fresh = self.entries.get(&pid).is_some_and(|(at, _, _)| now.since(*at) < Self::TTL);
+        if !fresh {
+            let comm = comm_of(pid).unwrap_or_default();
+            let ports = listen_ports_of(pid, &listeners());
+            self.entries.insert(pid, (now, comm, ports));
+        }
+        let (_, comm, ports) = &self.entries[&pid];
+        (comm, ports)
+    }
+
+    /// Forgets processes not seen for a minute (bounded memory).
+    pub fn expire(&mut self, now: crate::core::time::Mono) {
+        self.entries.retain(|_, (at, _, _)| now.since(*at) < std::time::Duration::from_secs(60));
+    }
+}
+
+/// The local ports of `pid`'s listening sockets, given all listeners (inode → port).
+pub fn listen_ports_of(pid: u32, listeners: &std::collections::HashMap<u32, u16>) -> HashSet<u16> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return HashSet::new() };
+    fds.flatten()
+        .filter_map(|fd| fd.file_name().to_str()?.parse::<u64>().ok())
+        .filter_map(|n| listeners.get(&fd_socket_inode(pid, n)?).copied())
+        .collect()
+}
+
 /// Turns a kernel `comm` buffer into a string.
 pub fn comm_str(raw: &[u8]) -> String {
     let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());

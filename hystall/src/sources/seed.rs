@@ -38,7 +38,7 @@ pub fn find_stuck(diag: &mut SockDiag, pids: Option<&HashSet<u32>>, now: Mono) -
     let mut out = Vec::new();
     for (pid, inodes) in owners(pids, &queued.keys().copied().collect()) {
         let comm = procs::comm_of(pid).unwrap_or_default();
-        let ports = listen_ports_of(pid, &listen_ports);
+        let ports = procs::listen_ports_of(pid, &listen_ports);
         for ino in inodes {
             let d = queued[&ino].clone();
             let (Some(local), Some(remote)) = (d.local, d.remote) else { continue };
@@ -89,18 +89,10 @@ fn owners(pids: Option<&HashSet<u32>>, wanted: &HashSet<u32>) -> HashMap<u32, Ve
 }
 
 /// Listening sockets: inode → port.
-fn listening_ports(diag: &mut SockDiag) -> HashMap<u32, u16> {
+pub fn listening_ports(diag: &mut SockDiag) -> HashMap<u32, u16> {
     diag.dump_tcp(StateFlags::LISTEN)
         .map(|v| v.into_iter().filter_map(|d| Some((d.inode, d.local?.port()))).collect())
         .unwrap_or_default()
-}
-
-fn listen_ports_of(pid: u32, listeners: &HashMap<u32, u16>) -> HashSet<u16> {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return HashSet::new() };
-    fds.flatten()
-        .filter_map(|fd| fd.file_name().to_str()?.parse::<u64>().ok())
-        .filter_map(|n| listeners.get(&procs::fd_socket_inode(pid, n)?).copied())
-        .collect()
 }
 
 pub fn tuple_of(local: SocketAddr, remote: SocketAddr) -> Tuple {

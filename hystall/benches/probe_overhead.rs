@@ -1,0 +1,397 @@
+//! Probe overhead: how much slower small sends (and unrelated syscalls) get while
+//! hystall's eBPF programs are attached. A benchmark, not a test: it prints
+//! figures and never fails on them.
+//!
+//! Workloads, each run for a fixed wall time per round (`HYSTALL_BENCH_SECS`,
+//! default 1 s):
+//! - `sends`: a blocking loopback TCP pair (TCP_NODELAY, as Go proxies set it); the
+//!   writer `write`s 64-byte messages in a tight loop (std's `write` is `send(2)`,
+//!   i.e. the sendto syscall, one of the send family the probes time) while a
+//!   reader thread drains everything. A fresh pair per round, connected after the
+//!   probes are attached, so the monitored socket is tracked from its connect().
+//! - `getppid`: a syscall that is no send, in a loop: what `raw_syscalls`
+//!   sys_enter/sys_exit cost every other syscall on the machine.
+//!
+//! Modes:
+//! - `detached`: no probes;
+//! - `monitored`: `filter_pids: true`, this process's pid in the set: every hook
+//!   does its full work on our sends;
+//! - `other`: `filter_pids: true`, only pid 1 in the set: how the machine's other
+//!   processes pay (hooks run and filter out early);
+//! - `all`: `filter_pids: false`: every process is watched.
+//!
+//! Rounds go through the modes in turn (ABCD DCBA ...: a linear drift of the
+//! machine weighs on every mode alike); the medians per mode and their ratio to
+//! `detached` are printed. Needs root; prints `skipped: needs root` otherwise.
+//!
+//! `cargo bench -p hystall --bench probe_overhead` (or `cargo xtask bench`). Run
+//! without `--bench` (e.g. by `cargo test --benches`) it does one short round only.
+
+use std::collections::HashSet;
+use std::hint::black_box;
+use std::io::{Read as _, Write as _};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd as _;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hystall::sources::probes::{ProbeConfig, Probes};
+
+const ROUNDS: usize = 5;
+const DEFAULT_SECS: f64 = 1.0;
+const MSG_LEN: usize = 64;
+/// A pid that is not ours (init): the "machine's other processes" set.
+const OTHER_PID: u32 = 1;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Detached,
+    Monitored,
+    Other,
+    All,
+}
+
+const MODES: [Mode; 4] = [Mode::Detached, Mode::Monitored, Mode::Other, Mode::All];
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Detached => "detached",
+            Mode::Monitored => "monitored",
+            Mode::Other => "other",
+            Mode::All => "all",
+        }
+    }
+
+    /// Loads and attaches the probes for this mode (`None` when detached).
+    fn attach(self) -> Result<Option<Probes>, String> {
+        let (filter_pids, pid) = match self {
+            Mode::Detached => return Ok(None),
+            Mode::Monitored => (true, Some(std::process::id())),
+            Mode::Other => (true, Some(OTHER_PID)),
+            Mode::All => (false, None),
+        };
+        let mut probes = Probes::load(&ProbeConfig { filter_pids }).map_err(|e| e.to_string())?;
+        if let Some(pid) = pid {
+            probes.set_pids(&HashSet::from([pid])).map_err(|e| e.to_string())?;
+        }
+        Ok(Some(probes))
+    }
+
+    /// Whether the probes should track this process's socket in this mode.
+    fn tracks_us(self) -> bool {
+        matches!(self, Mode::Monitored | Mode::All)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Workload {
+    Sends,
+    Getppid,
+}
+
+const WORKLOADS: [Workload; 2] = [Workload::Sends, Workload::Getppid];
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Sends => "sends",
+            Workload::Getppid => "getppid",
+        }
+    }
+}
+
+/// What the kernel side saw of one `sends` round: did it track our socket, and
+/// did it count every send.
+#[derive(Default)]
+struct KernelView {
+    rounds: u32,
+    tracked: u32,
+    all_sends_counted: u32,
+    acks: u64,
+}
+
+fn main() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: needs root");
+        return;
+    }
+    let full = std::env::args().any(|a| a == "--bench");
+    let secs = match std::env::var("HYSTALL_BENCH_SECS") {
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if s > 0.0 && s.is_finite() => s,
+            _ => {
+                eprintln!("probe_overhead: HYSTALL_BENCH_SECS={v:?} is not a positive number of seconds");
+                std::process::exit(2);
+            }
+        },
+        Err(_) if full => DEFAULT_SECS,
+        Err(_) => 0.1,
+    };
+    let rounds = if full { ROUNDS } else { 1 };
+    let round_time = Duration::from_secs_f64(secs);
+
+    // Fail early (and say what did not attach) before spending the time budget.
+    match Mode::Monitored.attach() {
+        Ok(Some(probes)) => {
+            let missing: Vec<String> = probes
+                .status
+                .iter()
+                .filter(|s| !s.attached)
+                .map(|s| format!("{} ({})", s.name, s.note.as_deref().unwrap_or("?")))
+                .collect();
+            if !missing.is_empty() {
+                println!("warning: not attached, so not measured: {}", missing.join("; "));
+            }
+        }
+        Ok(None) => unreachable!("monitored mode attaches"),
+        Err(e) => {
+            eprintln!("probe_overhead: cannot load the probes: {e}");
+            std::process::exit(1);
+        }
+    }
+
+    println!(
+        "probe_overhead: {rounds} rounds x {} modes x {} workloads, {secs} s each; {MSG_LEN}-byte sends on a \
+         loopback TCP pair; {} CPUs; pid {}",
+        MODES.len(),
+        WORKLOADS.len(),
+        thread::available_parallelism().map_or(0, |n| n.get()),
+        std::process::id()
+    );
+
+    // Warm-up (unmeasured): CPU frequency, page faults, the first connect.
+    let _ = measure_sends(Duration::from_millis(200), None);
+    let _ = measure_getppid(Duration::from_millis(200));
+
+    // rates[mode][workload] = one rate per round.
+    let mut rates = vec![vec![Vec::<f64>::new(); WORKLOADS.len()]; MODES.len()];
+    let mut views: Vec<KernelView> = MODES.iter().map(|_| KernelView::default()).collect();
+    // Detached rounds that ran while someone else's hystall probes were loaded.
+    let mut skewed = 0;
+    let started = Instant::now();
+    for round in 0..rounds {
+        let order: Vec<usize> =
+            if round % 2 == 0 { (0..MODES.len()).collect() } else { (0..MODES.len()).rev().collect() };
+        for m in order {
+            let mode = MODES[m];
+            if mode == Mode::Detached && foreign_probes() > 0 {
+                skewed += 1;
+            }
+            let probes = match mode.attach() {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("probe_overhead: cannot load the probes ({}): {e}", mode.name());
+                    std::process::exit(1);
+                }
+            };
+            for (w, workload) in WORKLOADS.iter().enumerate() {
+                let rate = match workload {
+                    Workload::Sends => {
+                        let (rate, seen) = measure_sends(round_time, probes.as_ref());
+                        if let Some((sends, stats)) = seen {
+                            let v = &mut views[m];
+                            v.rounds += 1;
+                            if let Some((send_calls, acks)) = stats {
+                                v.tracked += 1;
+                                v.acks += acks;
+                                if send_calls == sends {
+                                    v.all_sends_counted += 1;
+                                }
+                            }
+                        }
+                        rate
+                    }
+                    Workload::Getppid => measure_getppid(round_time),
+                };
+                rates[m][w].push(rate);
+            }
+            drop(probes); // detaches
+        }
+        eprintln!("probe_overhead: round {}/{rounds} done ({:.0} s)", round + 1, started.elapsed().as_secs_f64());
+    }
+
+    report(&rates, &views);
+    if skewed > 0 {
+        println!(
+            "warning: in {skewed}/{rounds} rounds another process had hystall probes loaded while we measured \
+             `detached`: the baseline is slowed too, the ratios understate the overhead"
+        );
+    }
+}
+
+/// Programs with the names of hystall's probes loaded by someone else (another
+/// hystall, a test): they would slow the `detached` baseline.
+fn foreign_probes() -> usize {
+    const NAMES: [&str; 6] =
+        ["sock_send_lengt", "inet_sock_set_s", "tcp_probe", "tcp_destroy_soc", "sys_enter", "sys_exit"];
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| p.name_as_str().is_some_and(|n| NAMES.iter().any(|want| n.starts_with(want))))
+        .count()
+}
+
+/// Sends per second over `time`; with probes, also what the kernel saw of our
+/// socket: `(sends made, Some((send_calls, acks)) if tracked)`.
+type Seen = Option<(u64, Option<(u64, u64)>)>;
+
+fn measure_sends(time: Duration, probes: Option<&Probes>) -> (f64, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback listener");
+    let addr = listener.local_addr().expect("listener address");
+    let mut writer = TcpStream::connect(addr).expect("connect on loopback");
+    let (mut reader, _) = listener.accept().expect("accept on loopback");
+    writer.set_nodelay(true).expect("TCP_NODELAY");
+
+    let drain = thread::spawn(move || {
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut total = 0u64;
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => return total,
+                Ok(n) => total += n as u64,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => panic!("reader: {e}"),
+            }
+        }
+    });
+
+    let msg = [0x5au8; MSG_LEN];
+    let mut sends = 0u64;
+    let start = Instant::now();
+    let deadline = start + time;
+    let elapsed = loop {
+        // Check the clock (vDSO, no syscall) every 32 sends.
+        for _ in 0..32 {
+            writer.write_all(&msg).expect("send on loopback");
+        }
+        sends += 32;
+        let now = Instant::now();
+        if now >= deadline {
+            break now - start;
+        }
+    };
+
+    let seen = probes.map(|p| {
+        let stats = p.sock(socket_cookie(&writer)).map(|s| (s.send_calls, s.acks));
+        (sends, stats)
+    });
+    writer.shutdown(Shutdown::Write).expect("shutdown");
+    let received = drain.join().expect("reader thread");
+    assert_eq!(received, sends * MSG_LEN as u64, "the reader got every byte");
+    (sends as f64 / elapsed.as_secs_f64(), seen)
+}
+
+/// `getppid` calls per second over `time`.
+fn measure_getppid(time: Duration) -> f64 {
+    let mut calls = 0u64;
+    let start = Instant::now();
+    let deadline = start + time;
+    let elapsed = loop {
+        for _ in 0..256 {
+            // SAFETY: getppid has no preconditions and cannot fail.
+            black_box(unsafe { libc::getppid() });
+        }
+        calls += 256;
+        let now = Instant::now();
+        if now >= deadline {
+            break now - start;
+        }
+    };
+    calls as f64 / elapsed.as_secs_f64()
+}
+
+/// SO_COOKIE of a socket: the key of the probes' SOCKS map.
+fn socket_cookie(s: &TcpStream) -> u64 {
+    let mut cookie = 0u64;
+    let mut len = size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cookie`.
+    let rc = unsafe {
+        libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_COOKIE, (&raw mut cookie).cast(), &mut len)
+    };
+    assert_eq!(rc, 0, "SO_COOKIE: {}", std::io::Error::last_os_error());
+    cookie
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// 1.23M/s, 456.7k/s.
+fn per_sec(r: f64) -> String {
+    if r >= 1e6 {
+        format!("{:.2}M/s", r / 1e6)
+    } else if r >= 1e3 {
+        format!("{:.1}k/s", r / 1e3)
+    } else {
+        format!("{r:.0}/s")
+    }
+}
+
+fn report(rates: &[Vec<Vec<f64>>], views: &[KernelView]) {
+    let base = MODES.iter().position(|&m| m == Mode::Detached).expect("detached is a mode");
+    println!();
+    println!("{:<9} {:<10} {:>11} {:>11} {:>11} {:>14}", "workload", "mode", "median", "min", "max", "vs detached");
+    for (w, workload) in WORKLOADS.iter().enumerate() {
+        let detached = median(&rates[base][w]);
+        for (m, mode) in MODES.iter().enumerate() {
+            let r = &rates[m][w];
+            let med = median(r);
+            let min = r.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            println!(
+                "{:<9} {:<10} {:>11} {:>11} {:>11} {:>14.3}",
+                workload.name(),
+                mode.name(),
+                per_sec(med),
+                per_sec(min),
+                per_sec(max),
+                med / detached
+            );
+        }
+    }
+
+    println!();
+    for (m, mode) in MODES.iter().enumerate() {
+        let v = &views[m];
+        if v.rounds == 0 {
+            continue;
+        }
+        let expect = if mode.tracks_us() { v.rounds } else { 0 };
+        let verdict =
+            if v.tracked == expect && v.all_sends_counted == v.tracked { "as expected" } else { "UNEXPECTED" };
+        println!(
+            "kernel view {}: our socket tracked in {}/{} rounds, every send counted in {}, {} ACKs seen ({verdict})",
+            mode.name(),
+            v.tracked,
+            v.rounds,
+            v.all_sends_counted,
+            v.acks
+        );
+    }
+
+    println!();
+    for (w, workload) in WORKLOADS.iter().enumerate() {
+        let detached = median(&rates[base][w]);
+        for (m, mode) in MODES.iter().enumerate().filter(|&(m, _)| m != base) {
+            let attached = median(&rates[m][w]);
+            println!(
+                "ratio {}_per_sec {}: {:.2} (detached {}, attached {})",
+                workload.name(),
+                mode.name(),
+                attached / detached,
+                per_sec(detached),
+                per_sec(attached)
+            );
+        }
+    }
+}
