@@ -140,7 +140,10 @@ pub fn writers(ready: &Value, behaviour: &str) -> Vec<String> {
         .collect()
 }
 
-/// Names of the eBPF programs loaded in the kernel right now.
-pub fn loaded_program_names() -> Vec<String> {
-    aya::programs::loaded_programs().filter_map(Result::ok).filter_map(|p| p.name_as_str().map(str::to_owned)).collect()
+/// (id, name) of the eBPF programs loaded in the kernel right now.
+pub fn loaded_programs() -> Vec<(u32, String)> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| (p.id(), p.name_as_str().unwrap_or_default().to_owned()))
+        .collect()
 }
