@@ -209,7 +209,25 @@ fn main() {
             }
             drop(probes); // detaches
         }
-        eprintln!("probe_overhead: round {}/{rounds} done ({:.0} s)", round + 1, started.elapsed().as_secs_f64());
+        // This round's figures, in mode order (the table below has only medians).
+        let line: Vec<String> = WORKLOADS
+            .iter()
+            .enumerate()
+            .map(|(w, workload)| {
+                let per_mode: Vec<String> = MODES
+                    .iter()
+                    .enumerate()
+                    .map(|(m, mode)| format!("{} {}", mode.name(), per_sec(rates[m][w][round])))
+                    .collect();
+                format!("{}: {}", workload.name(), per_mode.join(", "))
+            })
+            .collect();
+        eprintln!(
+            "probe_overhead: round {}/{rounds} ({:.0} s): {}",
+            round + 1,
+            started.elapsed().as_secs_f64(),
+            line.join("; ")
+        );
     }
 
     report(&rates, &views);
@@ -340,22 +358,32 @@ fn per_sec(r: f64) -> String {
 fn report(rates: &[Vec<Vec<f64>>], views: &[KernelView]) {
     let base = MODES.iter().position(|&m| m == Mode::Detached).expect("detached is a mode");
     println!();
-    println!("{:<9} {:<10} {:>11} {:>11} {:>11} {:>14}", "workload", "mode", "median", "min", "max", "vs detached");
+    // ratio: of the medians; paired: median over rounds of (this mode / detached)
+    // in the same round, which a drift of the machine between rounds does not move;
+    // +ns/op: what the probes add to each send or syscall, from the medians.
+    println!(
+        "{:<9} {:<10} {:>11} {:>11} {:>11} {:>7} {:>7} {:>8}",
+        "workload", "mode", "median", "min", "max", "ratio", "paired", "+ns/op"
+    );
     for (w, workload) in WORKLOADS.iter().enumerate() {
-        let detached = median(&rates[base][w]);
+        let base_rates = &rates[base][w];
+        let detached = median(base_rates);
         for (m, mode) in MODES.iter().enumerate() {
             let r = &rates[m][w];
             let med = median(r);
             let min = r.iter().copied().fold(f64::INFINITY, f64::min);
             let max = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let paired: Vec<f64> = r.iter().zip(base_rates).map(|(a, d)| a / d).collect();
             println!(
-                "{:<9} {:<10} {:>11} {:>11} {:>11} {:>14.3}",
+                "{:<9} {:<10} {:>11} {:>11} {:>11} {:>7.3} {:>7.3} {:>8.0}",
                 workload.name(),
                 mode.name(),
                 per_sec(med),
                 per_sec(min),
                 per_sec(max),
-                med / detached
+                med / detached,
+                median(&paired),
+                1e9 / med - 1e9 / detached
             );
         }
     }

@@ -187,7 +187,8 @@ impl SocketTable {
         let mut out = Vec::new();
         let th = self.th;
         for s in self.socks.values_mut() {
-            let v = if s.closed.is_some() { Verdict::Ok } else { s.progress().judge(now, &th) };
+            // A closed socket keeps its last verdict for its closing event.
+            let v = if s.closed.is_some() { s.verdict } else { s.progress().judge(now, &th) };
             if v != s.verdict {
                 s.verdict = v;
                 s.verdict_since = now;
@@ -219,5 +220,150 @@ impl SocketTable {
             c[s.verdict as usize] += 1;
         }
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(secs: f64) -> Mono {
+        Mono::from_secs_f64(secs)
+    }
+
+    fn table(timeout: f64) -> SocketTable {
+        SocketTable::new(Thresholds {
+            stall_timeout: Duration::from_secs_f64(timeout),
+            slow_after: Duration::from_secs(1),
+        })
+    }
+
+    fn sample(cookie: u64) -> SockSample {
+        SockSample {
+            cookie,
+            pid: 7,
+            comm: "sing-box".into(),
+            local: Some("127.0.0.1:40000".parse().unwrap()),
+            remote: Some("127.0.0.1:9000".parse().unwrap()),
+            outbound: true,
+            state: 1,
+            ..Default::default()
+        }
+    }
+
+    fn blocked(cookie: u64, at: f64) -> Observation {
+        let mut k = sample(cookie);
+        k.last_send = Some(s(at));
+        k.blocked_since = Some(s(at));
+        k.send_eagain = 1;
+        Observation::Sock { at: s(at), change: SockChange::Blocked, sample: k }
+    }
+
+    fn names(events: &[Stamped]) -> Vec<&'static str> {
+        events.iter().map(|e| e.event.name()).collect()
+    }
+
+    /// Runs ticks every 200 ms from `from` to `to` and returns the events.
+    fn run(t: &mut SocketTable, from: f64, to: f64) -> Vec<Stamped> {
+        let steps = ((to - from) / 0.2).round() as u32;
+        (0..=steps).flat_map(|i| t.tick(s(from + i as f64 * 0.2))).collect()
+    }
+
+    #[test]
+    fn a_stuck_socket_is_reported_once_at_the_timeout() {
+        let mut t = table(10.0);
+        t.apply(blocked(1, 100.0));
+        assert!(run(&mut t, 100.0, 109.8).is_empty());
+        let ev = run(&mut t, 110.0, 130.0);
+        assert_eq!(names(&ev), ["socket_stalled"]);
+        let Event::SocketStalled(info) = &ev[0].event else { unreachable!() };
+        assert_eq!(info.blocked_ms, 10_000);
+        assert_eq!(info.local.as_deref(), Some("127.0.0.1:40000"));
+        assert_eq!(t.counts(), [0, 0, 1]);
+    }
+
+    #[test]
+    fn ack_progress_recovers_a_stalled_socket_and_a_new_stall_is_reported_again() {
+        let mut t = table(3.0);
+        t.apply(blocked(1, 0.0));
+        assert_eq!(names(&run(&mut t, 0.0, 4.0)), ["socket_stalled"]);
+        // The peer starts reading again: snd_una moves.
+        let mut k = sample(1);
+        k.blocked_since = Some(s(0.0));
+        k.last_ack = Some(s(4.1));
+        t.apply(Observation::Sock { at: s(4.1), change: SockChange::Poll, sample: k.clone() });
+        assert_eq!(names(&run(&mut t, 4.2, 4.2)), ["socket_recovered"]);
+        // ...and stops again: a second stall, 3 s after the last ACK.
+        assert!(run(&mut t, 4.4, 7.0).is_empty());
+        assert_eq!(names(&run(&mut t, 7.2, 8.0)), ["socket_stalled"]);
+    }
+
+    #[test]
+    fn a_slow_reader_is_slow_for_minutes_but_never_stalled() {
+        let mut t = table(10.0);
+        t.apply(blocked(1, 0.0));
+        let mut events = Vec::new();
+        // The writer waits for buffer space the whole time (like a Go writer
+        // woken only when a third of the buffer drained), ACKs every 100 ms.
+        for i in 1..1800 {
+            let now = i as f64 * 0.1;
+            let mut k = sample(1);
+            k.blocked_since = Some(s(0.0));
+            k.last_ack = Some(s(now));
+            t.apply(Observation::Sock { at: s(now), change: SockChange::Poll, sample: k });
+            events.extend(t.tick(s(now)));
+        }
+        assert!(events.is_empty(), "{:?}", names(&events));
+        assert_eq!(t.get(1).unwrap().verdict, Verdict::Slow);
+    }
+
+    #[test]
+    fn closing_a_stalled_socket_is_reported_and_forgotten_but_a_healthy_close_is_silent() {
+        let mut t = table(2.0);
+        t.apply(blocked(1, 0.0));
+        t.apply(Observation::Sock { at: s(0.0), change: SockChange::Poll, sample: sample(2) });
+        assert_eq!(names(&run(&mut t, 0.0, 2.0)), ["socket_stalled"]);
+        for c in [1, 2] {
+            let mut k = sample(c);
+            k.state = 7;
+            t.apply(Observation::Sock { at: s(5.0), change: SockChange::Destroyed, sample: k });
+        }
+        let ev = t.tick(s(5.2));
+        assert_eq!(names(&ev), ["socket_closed"]);
+        assert_eq!(ev[0].at, s(5.0));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_blocking_writer_parked_in_send_stalls_without_any_failed_send() {
+        let mut t = table(3.0);
+        let mut k = sample(9);
+        k.last_send = Some(s(1.0));
+        t.apply(Observation::Sock { at: s(1.0), change: SockChange::Poll, sample: k });
+        let parked = InflightSample { pid: 7, tid: 8, fd: 5, since: s(2.0), cookie: Some(9) };
+        t.apply(Observation::Inflight { at: s(2.5), sends: vec![parked] });
+        assert!(run(&mut t, 2.5, 4.8).is_empty());
+        let ev = run(&mut t, 5.0, 5.0);
+        assert_eq!(names(&ev), ["socket_stalled"]);
+        let Event::SocketStalled(info) = &ev[0].event else { unreachable!() };
+        assert!(info.in_syscall);
+        assert_eq!(info.failed_sends, 0);
+        // The syscall returns (the peer read at last): recovered.
+        t.apply(Observation::Inflight { at: s(6.0), sends: vec![] });
+        assert_eq!(names(&t.tick(s(6.0))), ["socket_recovered"]);
+    }
+
+    #[test]
+    fn diag_bytes_acked_growth_counts_as_progress() {
+        let mut t = table(3.0);
+        t.apply(blocked(1, 0.0));
+        let d = |at: f64, acked: u64| Observation::Diag {
+            at: s(at),
+            sample: DiagSample { cookie: 1, bytes_acked: acked, notsent: 1000, ..Default::default() },
+        };
+        t.apply(d(1.0, 100));
+        t.apply(d(2.5, 200));
+        assert!(run(&mut t, 0.0, 5.4).is_empty());
+        assert_eq!(names(&run(&mut t, 5.6, 5.6)), ["socket_stalled"]);
     }
 }
