@@ -6,7 +6,9 @@
 #![no_std]
 
 pub mod config;
+pub mod flow;
 pub mod sock;
 
 pub use config::*;
+pub use flow::*;
 pub use sock::*;

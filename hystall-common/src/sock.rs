@@ -128,8 +128,17 @@ pub mod counter {
     pub const EVENTS_SENT: u32 = 1;
     /// `SOCKS` insert failures.
     pub const MAP_FULL: u32 = 2;
+    /// QUIC header samples lost (ring buffer full).
+    pub const SAMPLES_LOST: u32 = 3;
+    /// UDP packets on the server's ports counted by the TC classifier.
+    pub const UDP_PACKETS: u32 = 4;
+    /// Packets on watched interfaces that could not be parsed (truncated,
+    /// IPv6 extension headers, non-first fragments): counted, not guessed.
+    pub const UNPARSED: u32 = 5;
+    /// `FLOWS` insert failures.
+    pub const FLOWS_FULL: u32 = 6;
     /// Number of counters.
-    pub const LEN: u32 = 4;
+    pub const LEN: u32 = 8;
 }
 
 /// Sizes of the kernel maps (documented in docs/ARCHITECTURE.md).

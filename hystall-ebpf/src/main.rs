@@ -8,6 +8,7 @@
 #![no_main]
 
 mod maps;
+mod quic_flow;
 mod sock_send;
 mod sock_state;
 mod syscalls;

@@ -39,6 +39,61 @@ pub struct Selection {
     /// (the upstream fix's value by default).
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub stall_timeout: f64,
+    /// QUIC server UDP port or port-hopping range LO-HI (repeatable), besides
+    /// those discovered from the watched processes' UDP sockets.
+    #[arg(long = "port", value_name = "P|LO-HI", value_parser = parse_ports)]
+    pub ports: Vec<PortRange>,
+    /// Interface to watch QUIC traffic on (repeatable; default: every interface
+    /// that is up, loopback included).
+    #[arg(long = "iface", value_name = "IF")]
+    pub ifaces: Vec<String>,
+    /// Seconds without any packet before a QUIC connection counts as closed.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub quic_idle: f64,
+}
+
+/// An inclusive UDP port range (a single port is LO = HI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortRange {
+    pub lo: u16,
+    pub hi: u16,
+}
+
+impl PortRange {
+    pub fn ports(&self) -> impl Iterator<Item = u16> {
+        self.lo..=self.hi
+    }
+}
+
+pub fn parse_ports(s: &str) -> Result<PortRange, String> {
+    let port = |p: &str| -> Result<u16, String> {
+        match p.trim().parse::<u16>() {
+            Ok(0) | Err(_) => Err(format!("{p:?} is not a port (1-65535)")),
+            Ok(n) => Ok(n),
+        }
+    };
+    let (lo, hi) = match s.split_once('-') {
+        Some((a, b)) => (port(a)?, port(b)?),
+        None => (port(s)?, port(s)?),
+    };
+    if lo > hi {
+        return Err(format!("port range {s:?} runs backwards"));
+    }
+    Ok(PortRange { lo, hi })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_and_ranges_parse_and_bad_ones_say_why() {
+        assert_eq!(parse_ports("443"), Ok(PortRange { lo: 443, hi: 443 }));
+        assert_eq!(parse_ports("20000-20010").map(|r| r.ports().count()), Ok(11));
+        assert!(parse_ports("0").unwrap_err().contains("not a port"));
+        assert!(parse_ports("9-1").unwrap_err().contains("backwards"));
+        assert!(parse_ports("x").is_err());
+    }
 }
 
 #[derive(Debug, Args)]
@@ -60,10 +115,38 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
+/// `hystall lab` with no subcommand runs the QUIC lab: a quinn proxy with Hysteria's
+/// flow-control windows, a client with parallel uploads into targets of one
+/// behaviour, and probes (a new stream, a datagram) that show what still works.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct LabArgs {
     #[command(subcommand)]
     pub kind: Option<LabKind>,
+    /// Parallel upload streams, each copied by the proxy into its own target connection.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub uploads: usize,
+    /// How the upload targets treat what the proxy writes to them.
+    #[arg(long, value_enum, default_value_t = Behaviour::Stall)]
+    pub target: Behaviour,
+    /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// UDP address of the QUIC proxy.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    pub listen: std::net::SocketAddr,
+    /// Append the TLS secrets to this file (SSLKEYLOGFILE format), to decrypt a capture.
+    #[arg(long, value_name = "FILE")]
+    pub keylog: Option<PathBuf>,
+    /// Seconds between probe rounds (a new stream and a datagram).
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub probe_every: f64,
+    /// Seconds a probe may take before it counts as failed.
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    pub probe_timeout: f64,
+    /// One JSON object per line (lab_ready, lab_stream, lab_probe, lab_done).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

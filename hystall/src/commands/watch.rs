@@ -8,11 +8,11 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::WatchArgs;
 use crate::core::event::{Event, Stamped, StartInfo};
-use crate::core::sockets::SocketTable;
+use crate::core::model::Model;
 use crate::core::time::{Mono, WallClock, mono_now};
 use crate::core::verdict::Thresholds;
 use crate::sinks::lines::{Format, Lines};
-use crate::sources::live::Live;
+use crate::sources::live::{Live, QuicOptions};
 use crate::sources::procs::Mode;
 
 /// How often verdicts are re-judged: the latency of `socket_stalled` after the
@@ -31,7 +31,8 @@ pub async fn run(args: WatchArgs) -> Result<()> {
     // through the normal path (probes dropped, exit 0), not kill the process.
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let mut live = Live::start(mode.clone(), mono_now()).context("starting the kernel probes")?;
+    let quic = QuicOptions { ports: sel.ports.iter().flat_map(|r| r.ports()).collect(), ifaces: sel.ifaces.clone() };
+    let mut live = Live::start(mode.clone(), quic, mono_now()).context("starting the kernel probes")?;
 
     let clock = WallClock::now();
     let format = if args.json { Format::Json } else { Format::Text };
@@ -52,7 +53,11 @@ pub async fn run(args: WatchArgs) -> Result<()> {
         return Ok(());
     }
 
-    let mut table = SocketTable::new(th);
+    anyhow::ensure!(
+        sel.quic_idle > 0.0 && sel.quic_idle.is_finite(),
+        "--quic-idle must be a positive number of seconds"
+    );
+    let mut table = Model::new(th, Duration::from_secs_f64(sel.quic_idle));
     let mut obs = Vec::new();
     live.seed(mono_now(), &mut obs);
     let mut tick = tokio::time::interval(TICK);
@@ -74,7 +79,7 @@ pub async fn run(args: WatchArgs) -> Result<()> {
             r = live.recv(&mut obs) => { r.context("reading kernel events")?; }
             _ = tick.tick() => {
                 let now: Mono = mono_now();
-                live.poll(now, &table.wanted(now), &mut obs);
+                live.poll(now, &table.sockets.wanted(now), &mut obs);
                 for o in obs.drain(..) {
                     table.apply(o);
                 }

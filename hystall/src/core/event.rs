@@ -28,6 +28,10 @@ pub enum Event {
     SocketRecovered(SocketInfo),
     /// A socket that had stalled is gone.
     SocketClosed(SocketInfo),
+    /// A QUIC connection was seen for the first time.
+    QuicConnOpened(ConnInfo),
+    /// A QUIC connection went idle (no packet either way for the idle timeout).
+    QuicConnClosed(ConnInfo),
 }
 
 impl Event {
@@ -37,6 +41,8 @@ impl Event {
             Event::SocketStalled(_) => "socket_stalled",
             Event::SocketRecovered(_) => "socket_recovered",
             Event::SocketClosed(_) => "socket_closed",
+            Event::QuicConnOpened(_) => "quic_conn_opened",
+            Event::QuicConnClosed(_) => "quic_conn_closed",
         }
     }
 }
@@ -90,6 +96,33 @@ pub struct SocketInfo {
     pub acked_bytes: u64,
     /// The writer is parked inside a send syscall (blocking socket).
     pub in_syscall: bool,
+}
+
+/// A QUIC connection as events describe it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ConnInfo {
+    /// hystall's id for the connection (stable for its lifetime).
+    pub conn: u64,
+    /// The client's current address (`ip:port`).
+    pub client: Option<String>,
+    /// The server endpoint the client currently talks to.
+    pub server: Option<String>,
+    /// Server-chosen connection ID (hex) the client puts in short headers.
+    pub dcid: Option<String>,
+    /// How packets were tied together: `dcid`, `obfuscated` (5-tuple), `five_tuple`.
+    pub grouping: &'static str,
+    /// The header is unreadable (e.g. Salamander): grouped by 5-tuple.
+    pub obfuscated: bool,
+    /// Client 5-tuples after the first (port hops, NAT rebinds).
+    pub hops: usize,
+    pub server_ports: Vec<u16>,
+    pub c2s_packets: u64,
+    pub c2s_bytes: u64,
+    pub s2c_packets: u64,
+    pub s2c_bytes: u64,
+    /// Why it closed (`idle`), for `quic_conn_closed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
 }
 
 /// Kernel TCP state names, as `ss` prints them.

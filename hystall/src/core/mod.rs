@@ -1,7 +1,10 @@
 //! The pure core: observations in, model and verdicts, events out. No I/O here;
 //! time is an input (`Mono`), so every rule can be tested on synthetic timelines.
 
+pub mod conns;
 pub mod event;
+pub mod flows;
+pub mod model;
 pub mod observation;
 pub mod quic;
 pub mod sockets;

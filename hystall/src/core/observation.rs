@@ -98,12 +98,26 @@ pub enum Observation {
         at: Mono,
         sends: Vec<InflightSample>,
     },
+    /// The start of one UDP payload on a server port.
+    Header {
+        at: Mono,
+        sample: super::flows::HeaderSample,
+    },
+    /// Cumulative counters of every UDP flow on the server's ports.
+    FlowCounts {
+        at: Mono,
+        flows: Vec<(super::flows::FlowId, super::flows::FlowCounters)>,
+    },
 }
 
 impl Observation {
     pub fn at(&self) -> Mono {
         match self {
-            Observation::Sock { at, .. } | Observation::Diag { at, .. } | Observation::Inflight { at, .. } => *at,
+            Observation::Sock { at, .. }
+            | Observation::Diag { at, .. }
+            | Observation::Inflight { at, .. }
+            | Observation::Header { at, .. }
+            | Observation::FlowCounts { at, .. } => *at,
         }
     }
 }

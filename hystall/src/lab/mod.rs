@@ -1,5 +1,6 @@
 //! Reproductions of the failure on loopback, for newcomers, self-tests and tests.
 
+pub mod quic;
 pub mod targets;
 pub mod tcp;
 
@@ -8,6 +9,6 @@ use crate::cli::{LabArgs, LabKind};
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
     match args.kind {
         Some(LabKind::Tcp(a)) => tcp::run(a),
-        None => anyhow::bail!("the QUIC lab is not built yet; try `hystall lab tcp --help`"),
+        None => quic::run(args),
     }
 }

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::core::event::{Event, SCHEMA_VERSION, SocketInfo, Stamped};
+use crate::core::event::{ConnInfo, Event, SCHEMA_VERSION, SocketInfo, Stamped};
 use crate::core::time::WallClock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +64,23 @@ fn sock_line(tag: &str, s: &SocketInfo) -> String {
     )
 }
 
+fn conn_line(tag: &str, c: &ConnInfo) -> String {
+    format!(
+        "{tag:<9} conn {id} {client} -> {server} dcid {dcid} ({grouping}{hops}) up {up} in {upp} pkts, down {down} in {downp} pkts{reason}",
+        id = c.conn,
+        client = c.client.as_deref().unwrap_or("?"),
+        server = c.server.as_deref().unwrap_or("?"),
+        dcid = c.dcid.as_deref().unwrap_or("-"),
+        grouping = if c.obfuscated { "obfuscated: grouped by 5-tuple" } else { c.grouping },
+        hops = if c.hops > 0 { format!(", {} port hops", c.hops) } else { String::new() },
+        up = human_bytes(c.c2s_bytes),
+        upp = c.c2s_packets,
+        down = human_bytes(c.s2c_bytes),
+        downp = c.s2c_packets,
+        reason = c.reason.map(|r| format!(", closed: {r}")).unwrap_or_default(),
+    )
+}
+
 fn text(e: &Event) -> String {
     match e {
         Event::WatchStarted(i) => {
@@ -92,12 +109,16 @@ fn text(e: &Event) -> String {
         Event::SocketStalled(s) => sock_line("STALLED", s),
         Event::SocketRecovered(s) => sock_line("RECOVERED", s),
         Event::SocketClosed(s) => sock_line("CLOSED", s),
+        Event::QuicConnOpened(c) => conn_line("QUIC+", c),
+        Event::QuicConnClosed(c) => conn_line("QUIC-", c),
     }
 }
 
-pub fn human_bytes(n: u32) -> String {
-    let n = n as f64;
-    if n >= 1024.0 * 1024.0 {
+pub fn human_bytes(n: impl Into<u64>) -> String {
+    let n = n.into() as f64;
+    if n >= 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.1} GiB", n / 1024.0 / 1024.0 / 1024.0)
+    } else if n >= 1024.0 * 1024.0 {
         format!("{:.1} MiB", n / 1024.0 / 1024.0)
     } else if n >= 1024.0 {
         format!("{:.1} KiB", n / 1024.0)

@@ -5,13 +5,17 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
-use hystall_common::{AF_INET, AF_INET6, SOCK_HAS_TUPLE, SOCK_OUTBOUND, SockEvent, SockEventKind, SockStats, Tuple};
+use hystall_common::{
+    AF_INET, AF_INET6, FlowSample, SOCK_HAS_TUPLE, SOCK_OUTBOUND, SockEvent, SockEventKind, SockStats, Tuple,
+};
 use netlink_packet_sock_diag::inet::StateFlags;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
+use super::probes::tc::Iface;
 use super::probes::{ProbeConfig, ProbeError, Probes};
 use super::procs::{self, Mode};
+use super::quic;
 use super::seed;
 use super::sockdiag::SockDiag;
 use crate::core::event::ProbeStatus;
@@ -22,10 +26,26 @@ use crate::core::time::Mono;
 const INFLIGHT_AFTER: Duration = Duration::from_millis(300);
 /// How often the process selection is re-read (new processes of a --comm).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
+/// How often the flow map is read (it can hold tens of thousands of flows).
+const FLOWS_EVERY: Duration = Duration::from_millis(500);
+
+/// What to watch on the QUIC side.
+#[derive(Clone, Debug, Default)]
+pub struct QuicOptions {
+    /// Ports given on the command line (besides the discovered ones).
+    pub ports: HashSet<u16>,
+    /// Interfaces given on the command line (empty: every interface that is up).
+    pub ifaces: Vec<String>,
+}
 
 pub struct Live {
     probes: Probes,
     events: AsyncFd<RingBuf<MapData>>,
+    samples: Option<AsyncFd<RingBuf<MapData>>>,
+    quic: QuicOptions,
+    /// Server UDP ports watched now (explicit + discovered).
+    pub ports: HashSet<u16>,
+    last_flows: Mono,
     diag: Option<SockDiag>,
     pub mode: Mode,
     pub pids: HashSet<u32>,
@@ -39,7 +59,7 @@ pub struct Live {
 }
 
 impl Live {
-    pub fn start(mode: Mode, now: Mono) -> Result<Live, ProbeError> {
+    pub fn start(mode: Mode, quic: QuicOptions, now: Mono) -> Result<Live, ProbeError> {
         let mut probes = Probes::load(&ProbeConfig { filter_pids: mode.filters() })?;
         let pids = mode.resolve();
         probes.set_pids(&pids)?;
@@ -49,9 +69,13 @@ impl Live {
         let events = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| ProbeError::Map("EVENTS", e.to_string()))?;
         let diag = SockDiag::open().ok();
-        Ok(Live {
+        let mut live = Live {
             probes,
             events,
+            samples: None,
+            quic,
+            ports: HashSet::new(),
+            last_flows: Mono::ZERO,
             diag,
             mode,
             pids,
@@ -60,7 +84,44 @@ impl Live {
             last_dump: Mono::ZERO,
             seeded: HashSet::new(),
             procs: Default::default(),
-        })
+        };
+        live.refresh_ports()?;
+        Ok(live)
+    }
+
+    /// Recomputes the server ports (explicit + discovered); attaches the QUIC
+    /// classifier the first time there is a port to watch.
+    fn refresh_ports(&mut self) -> Result<(), ProbeError> {
+        let mut ports = self.quic.ports.clone();
+        if self.mode.filters()
+            && let Some(diag) = self.diag.as_mut()
+        {
+            ports.extend(quic::discover_ports(diag, &self.pids));
+        }
+        if ports == self.ports {
+            return Ok(());
+        }
+        if self.samples.is_none() && !ports.is_empty() {
+            let ifaces: Vec<Iface> = if self.quic.ifaces.is_empty() {
+                Iface::all_up()
+            } else {
+                self.quic
+                    .ifaces
+                    .iter()
+                    .map(|n| Iface::by_name(n).ok_or_else(|| ProbeError::Load(format!("no interface named {n}"))))
+                    .collect::<Result<_, _>>()?
+            };
+            self.probes.attach_quic(&ifaces, &ports)?;
+            let ring = self.probes.take_samples()?;
+            // SAFETY: as for the events ring buffer.
+            let fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+                .map_err(|e| ProbeError::Map("FLOW_SAMPLES", e.to_string()))?;
+            self.samples = Some(fd);
+        } else {
+            self.probes.set_ports(&ports)?;
+        }
+        self.ports = ports;
+        Ok(())
     }
 
     /// Finds sockets of the selected processes that were stuck before we
@@ -88,20 +149,29 @@ impl Live {
         self.probes.counters()
     }
 
-    /// Waits until the ring buffer has events, then moves them into `out`.
+    /// Waits until a ring buffer has data, then moves it into `out`.
     pub async fn recv(&mut self, out: &mut Vec<Observation>) -> std::io::Result<()> {
         let first = out.len();
-        let mut guard = self.events.readable_mut().await?;
-        let ring = guard.get_inner_mut();
-        while let Some(item) = ring.next() {
-            if item.len() >= std::mem::size_of::<SockEvent>() {
-                // SAFETY: the kernel wrote a SockEvent (repr(C), Pod) of this size.
-                let ev: SockEvent = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SockEvent) };
-                out.extend(event_to_obs(&ev));
+        let events = &mut self.events;
+        match self.samples.as_mut() {
+            Some(samples) => tokio::select! {
+                r = events.readable_mut() => {
+                    let mut g = r?;
+                    drain_events(g.get_inner_mut(), out);
+                    g.clear_ready();
+                }
+                r = samples.readable_mut() => {
+                    let mut g = r?;
+                    drain_samples(g.get_inner_mut(), out);
+                    g.clear_ready();
+                }
+            },
+            None => {
+                let mut g = events.readable_mut().await?;
+                drain_events(g.get_inner_mut(), out);
+                g.clear_ready();
             }
         }
-        guard.clear_ready();
-        drop(guard);
         for o in &mut out[first..] {
             if let Observation::Sock { at, sample, .. } = o {
                 self.describe(*at, sample);
@@ -146,6 +216,14 @@ impl Live {
                     self.seed(now, out);
                 }
             }
+            if let Err(e) = self.refresh_ports() {
+                tracing::warn!("QUIC probe: {e}");
+            }
+        }
+        if self.samples.is_some() && now.since(self.last_flows) >= FLOWS_EVERY {
+            self.last_flows = now;
+            let flows = self.probes.flows().iter().map(|(k, s)| (quic::flow_id(k), quic::flow_counters(s))).collect();
+            out.push(Observation::FlowCounts { at: now, flows });
         }
         for &(cookie, local, remote) in wanted {
             if let Some(st) = self.probes.sock(cookie) {
@@ -194,6 +272,26 @@ impl Live {
             }
         }
         out
+    }
+}
+
+fn drain_events(ring: &mut RingBuf<MapData>, out: &mut Vec<Observation>) {
+    while let Some(item) = ring.next() {
+        if item.len() >= std::mem::size_of::<SockEvent>() {
+            // SAFETY: the kernel wrote a SockEvent (repr(C), Pod) of this size.
+            let ev: SockEvent = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SockEvent) };
+            out.extend(event_to_obs(&ev));
+        }
+    }
+}
+
+fn drain_samples(ring: &mut RingBuf<MapData>, out: &mut Vec<Observation>) {
+    while let Some(item) = ring.next() {
+        if item.len() >= std::mem::size_of::<FlowSample>() {
+            // SAFETY: the kernel wrote a FlowSample (repr(C), Pod) of this size.
+            let s: FlowSample = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const FlowSample) };
+            out.push(Observation::Header { at: Mono(s.ts_ns), sample: quic::header_sample(&s) });
+        }
     }
 }
 

@@ -3,5 +3,6 @@
 pub mod live;
 pub mod probes;
 pub mod procs;
+pub mod quic;
 pub mod seed;
 pub mod sockdiag;

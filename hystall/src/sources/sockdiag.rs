@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
 use netlink_packet_sock_diag::{
     SockDiagDestroy, SockDiagMessage,
-    constants::{AF_INET, AF_INET6, IPPROTO_TCP},
+    constants::{AF_INET, AF_INET6, IPPROTO_TCP, IPPROTO_UDP},
     inet::{ExtensionFlags, InetRequest, InetResponse, SocketId, StateFlags, nlas::Nla},
 };
 use netlink_sys::{Socket, SocketAddr as NlAddr, protocols::NETLINK_SOCK_DIAG};
@@ -46,6 +46,22 @@ impl SockDiag {
                 protocol: IPPROTO_TCP,
                 extensions: ExtensionFlags::INFO,
                 states: states.clone(),
+                socket_id: id,
+            };
+            self.request(req, NLM_F_REQUEST | NLM_F_DUMP, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Every UDP socket (IPv4 and IPv6): local address and inode.
+    pub fn dump_udp(&mut self) -> Result<Vec<DiagSample>, DiagError> {
+        let mut out = Vec::new();
+        for (family, id) in [(AF_INET, SocketId::new_v4()), (AF_INET6, SocketId::new_v6())] {
+            let req = InetRequest {
+                family,
+                protocol: IPPROTO_UDP,
+                extensions: ExtensionFlags::empty(),
+                states: StateFlags::all(),
                 socket_id: id,
             };
             self.request(req, NLM_F_REQUEST | NLM_F_DUMP, &mut out)?;

@@ -2,6 +2,8 @@
 //! their JSON lines, and skip cleanly when not root.
 #![allow(dead_code)]
 
+pub mod singbox;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};

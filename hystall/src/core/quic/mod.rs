@@ -59,6 +59,7 @@
 
 mod error;
 mod header;
+mod invariants;
 mod keys;
 mod packet;
 
@@ -67,6 +68,7 @@ mod tests;
 
 pub use error::{CidField, DecodeError, ErrorKind};
 pub use header::{DecodeOptions, Packets, ShortDcidLen, decode_packet, packets};
+pub use invariants::{Peek, common_prefix, known_version};
 pub use keys::{ConnectionId, KeyCandidates};
 pub use packet::{
     Header, LongHeader, LongType, MAX_CID_LEN, MIN_PROTECTED_LEN, Packet, PacketType, RETRY_INTEGRITY_TAG_LEN,

@@ -6,16 +6,17 @@
 
 pub mod btf;
 pub mod syscalls;
+pub mod tc;
 pub mod tracefs;
 
 use std::collections::HashSet;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{BtfTracePoint, TracePoint},
 };
-use hystall_common::{InflightSend, SendSyscalls, SockStats, TpOffsets, counter};
+use hystall_common::{FlowKey, FlowStats, InflightSend, SendSyscalls, SockStats, TpOffsets, counter};
 use thiserror::Error;
 
 use crate::core::event::ProbeStatus;
@@ -85,7 +86,10 @@ const SPECS: &[Spec] = &[
 ];
 
 pub struct Probes {
+    // Field order is drop order: programs detach before added qdiscs go.
     ebpf: Ebpf,
+    qdiscs: tc::QdiscGuard,
+    tc_loaded: bool,
     pub status: Vec<ProbeStatus>,
 }
 
@@ -144,7 +148,77 @@ impl Probes {
             let why = status.iter().filter_map(|s| s.note.clone()).next().unwrap_or_default();
             return Err(ProbeError::Load(format!("no program could attach: {why}")));
         }
-        Ok(Probes { ebpf, status })
+        Ok(Probes { ebpf, qdiscs: tc::QdiscGuard::default(), tc_loaded: false, status })
+    }
+
+    /// Attaches the QUIC flow classifier to `ifaces` and watches `ports`.
+    pub fn attach_quic(&mut self, ifaces: &[tc::Iface], ports: &HashSet<u16>) -> Result<Vec<ProbeStatus>, ProbeError> {
+        self.set_ports(ports)?;
+        {
+            let map = self.ebpf.map_mut("IFACES").ok_or_else(|| ProbeError::Map("IFACES", "missing".into()))?;
+            let mut m: BpfHashMap<_, u32, u32> =
+                BpfHashMap::try_from(map).map_err(|e| ProbeError::Map("IFACES", e.to_string()))?;
+            for i in ifaces {
+                m.insert(i.index, i.l2_len, 0).map_err(|e| ProbeError::Map("IFACES", e.to_string()))?;
+            }
+        }
+        if !self.tc_loaded {
+            tc::load(&mut self.ebpf).map_err(ProbeError::Load)?;
+            self.tc_loaded = true;
+        }
+        let st = tc::attach(&mut self.ebpf, ifaces, &mut self.qdiscs);
+        self.status.extend(st.iter().cloned());
+        Ok(st)
+    }
+
+    /// Makes the PORTS map hold exactly `ports`.
+    pub fn set_ports(&mut self, ports: &HashSet<u16>) -> Result<(), ProbeError> {
+        let map = self.ebpf.map_mut("PORTS").ok_or_else(|| ProbeError::Map("PORTS", "missing".into()))?;
+        let mut m: BpfHashMap<_, u16, u8> =
+            BpfHashMap::try_from(map).map_err(|e| ProbeError::Map("PORTS", e.to_string()))?;
+        let old: Vec<u16> = m.keys().filter_map(Result::ok).collect();
+        for k in old.iter().filter(|k| !ports.contains(k)) {
+            let _ = m.remove(k);
+        }
+        for p in ports {
+            m.insert(p, 1, 0).map_err(|e| ProbeError::Map("PORTS", e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The ring buffer of QUIC header samples (can be taken once).
+    pub fn take_samples(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let map =
+            self.ebpf.take_map("FLOW_SAMPLES").ok_or_else(|| ProbeError::Map("FLOW_SAMPLES", "missing".into()))?;
+        RingBuf::try_from(map).map_err(|e| ProbeError::Map("FLOW_SAMPLES", e.to_string()))
+    }
+
+    /// Every UDP flow the classifier counts, summed over CPUs.
+    pub fn flows(&self) -> Vec<(FlowKey, FlowStats)> {
+        let Some(map) = self.ebpf.map("FLOWS") else { return Vec::new() };
+        let Ok(m) = PerCpuHashMap::<_, FlowKey, FlowStats>::try_from(map) else { return Vec::new() };
+        m.iter()
+            .filter_map(Result::ok)
+            .map(|(k, per_cpu)| {
+                let mut sum = FlowStats::default();
+                for v in per_cpu.iter() {
+                    for d in 0..2 {
+                        let (a, b) = (&mut sum.dir[d], &v.dir[d]);
+                        for c in 0..3 {
+                            a.packets[c] += b.packets[c];
+                            a.bytes[c] += b.bytes[c];
+                            a.last_ns[c] = a.last_ns[c].max(b.last_ns[c]);
+                        }
+                        a.first_ns = match (a.first_ns, b.first_ns) {
+                            (0, x) | (x, 0) => x,
+                            (x, y) => x.min(y),
+                        };
+                    }
+                    sum.ifindex = sum.ifindex.max(v.ifindex);
+                }
+                (k, sum)
+            })
+            .collect()
     }
 
     /// The ring buffer of state-change events (can be taken once).

@@ -1,0 +1,101 @@
+//! Per-UDP-flow aggregates of the QUIC server's traffic (TC classifier), and
+//! the header samples user space needs to learn connection IDs.
+
+/// Client → server (counted at ingress, where the server host receives it).
+pub const DIR_C2S: usize = 0;
+/// Server → client (counted at egress, where the server host sends it).
+pub const DIR_S2C: usize = 1;
+
+/// Size classes of a UDP payload (per segment). ACK-only QUIC packets are a few
+/// dozen bytes; stream data fills packets to the path MTU (1200–1452 bytes).
+pub const CLASS_ACK: usize = 0;
+pub const CLASS_MEDIUM: usize = 1;
+pub const CLASS_FULL: usize = 2;
+/// Largest payload counted as ack-sized.
+pub const ACK_MAX: u32 = 80;
+/// Smallest payload counted as full-size (bulk stream data).
+pub const FULL_MIN: u32 = 1001;
+
+/// Bytes of UDP payload copied into a sample: enough for a long header with
+/// two 20-byte connection IDs.
+pub const SAMPLE_BYTES: usize = 64;
+
+/// Sizes of the QUIC maps (docs/ARCHITECTURE.md).
+pub const MAX_FLOWS: u32 = 65_536;
+pub const MAX_PORTS: u32 = 65_536;
+pub const MAX_IFACES: u32 = 256;
+pub const SAMPLES_RING_BYTES: u32 = 1 << 20;
+
+/// A UDP flow between a client and the server, direction-normalised. Addresses
+/// in network order (IPv4 in the first 4 bytes), ports in host order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    pub family: u16,
+    pub client_port: u16,
+    pub server_port: u16,
+    pub _pad: u16,
+    pub client: [u8; 16],
+    pub server: [u8; 16],
+}
+
+/// One direction of a flow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirStats {
+    /// Packets per size class (GSO/GRO super-packets count as their segments).
+    pub packets: [u64; 3],
+    pub bytes: [u64; 3],
+    /// Last packet of each size class.
+    pub last_ns: [u64; 3],
+    pub first_ns: u64,
+    pub last_sample_ns: u64,
+    pub samples: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    pub dir: [DirStats; 2],
+    pub ifindex: u32,
+    pub _pad: u32,
+}
+
+/// The start of one packet's UDP payload, sent to user space for new flows,
+/// long headers, and at a low rate otherwise.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowSample {
+    pub key: FlowKey,
+    pub ts_ns: u64,
+    pub dir: u32,
+    pub ifindex: u32,
+    /// Payload bytes of one segment.
+    pub payload_len: u32,
+    /// Segments in the skb (GSO/GRO), at least 1.
+    pub segs: u32,
+    /// Bytes valid in `bytes`.
+    pub caplen: u32,
+    pub _pad: u32,
+    pub bytes: [u8; SAMPLE_BYTES],
+}
+
+/// The size class of a payload of `len` bytes.
+#[inline(always)]
+pub fn size_class(len: u32) -> usize {
+    if len <= ACK_MAX {
+        CLASS_ACK
+    } else if len < FULL_MIN {
+        CLASS_MEDIUM
+    } else {
+        CLASS_FULL
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    unsafe impl aya::Pod for super::FlowKey {}
+    unsafe impl aya::Pod for super::DirStats {}
+    unsafe impl aya::Pod for super::FlowStats {}
+    unsafe impl aya::Pod for super::FlowSample {}
+}

@@ -1,0 +1,475 @@
+//! QUIC connections, grouped from UDP flows the way a passive observer must
+//! (../shared/DESIGN.md §3):
+//! - client → server short headers carry the server-chosen DCID; its length is
+//!   learned from the server's long-header SCIDs (quic-go picks 4 bytes), or,
+//!   when we attached after the handshake, from the prefix that consecutive
+//!   packets of a path share (the protected packet number after it is random);
+//! - server → client packets usually carry a zero-length DCID: they belong to
+//!   the connection of their 5-tuple;
+//! - a client that hops ports or is NAT-rebound keeps its DCID, so a new
+//!   5-tuple whose packets start with a known DCID joins that connection;
+//! - obfuscated traffic (Salamander) has no readable header: it is grouped by
+//!   5-tuple and marked so, never merged by guesswork.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
+use super::quic::{ConnectionId, Peek, common_prefix};
+use super::time::Mono;
+
+/// Short-header samples kept per flow to estimate the DCID length.
+const PREFIX_SAMPLES: usize = 6;
+/// Samples needed before a prefix estimate is trusted.
+const PREFIX_MIN: usize = 3;
+/// A connection whose grouping is still open is reported after this long.
+const OPEN_AFTER: Duration = Duration::from_secs(2);
+
+/// How a connection's packets were tied together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Grouping {
+    /// By the server-chosen connection ID (survives port hops).
+    Dcid,
+    /// By 5-tuple: the header is obfuscated (e.g. Salamander).
+    Obfuscated,
+    /// By 5-tuple: no connection ID could be read (yet).
+    FiveTuple,
+}
+
+#[derive(Clone, Debug)]
+pub struct Conn {
+    pub id: u64,
+    pub dcid: Option<ConnectionId>,
+    pub grouping: Grouping,
+    /// Client 5-tuples, in the order seen (more than one = port hops).
+    pub flows: Vec<FlowId>,
+    pub first_seen: Mono,
+    pub last_seen: Mono,
+    /// Sums over the connection's flows.
+    pub c2s: DirCounters,
+    pub s2c: DirCounters,
+    /// Per second, per size class, over the last poll interval.
+    pub rate: Rates,
+    pub opened_reported: bool,
+    pub closed: Option<Mono>,
+    summed_at: Option<Mono>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Rates {
+    pub c2s_pps: [f64; 3],
+    pub c2s_bps: [f64; 3],
+    pub s2c_pps: [f64; 3],
+    pub s2c_bps: [f64; 3],
+}
+
+impl Conn {
+    pub fn client(&self) -> Option<std::net::SocketAddr> {
+        self.flows.last().map(|f| f.client)
+    }
+
+    pub fn server(&self) -> Option<std::net::SocketAddr> {
+        self.flows.last().map(|f| f.server)
+    }
+
+    pub fn server_ports(&self) -> BTreeSet<u16> {
+        self.flows.iter().map(|f| f.server.port()).collect()
+    }
+
+    /// Port hops (or NAT rebinds) seen: client 5-tuples after the first.
+    pub fn hops(&self) -> usize {
+        self.flows.len().saturating_sub(1)
+    }
+
+    /// Packets both ways within `window` before `now`.
+    pub fn alive(&self, now: Mono, window: Duration) -> bool {
+        let recent = |d: &DirCounters| d.last_any().is_some_and(|t| now.since(t) <= window);
+        recent(&self.c2s) && recent(&self.s2c)
+    }
+
+    /// Last time full-size packets (bulk stream data) flowed in `dir`.
+    pub fn last_bulk(&self, dir: Dir) -> Option<Mono> {
+        match dir {
+            Dir::C2s => self.c2s.last[2],
+            Dir::S2c => self.s2c.last[2],
+        }
+    }
+
+    pub fn dcid_hex(&self) -> Option<String> {
+        self.dcid.as_ref().map(|c| c.to_string())
+    }
+}
+
+/// What is known of one flow.
+#[derive(Clone, Debug, Default)]
+struct FlowState {
+    conn: u64,
+    /// Short-header client→server payloads after the first byte.
+    prefixes: Vec<Vec<u8>>,
+    obfuscated: bool,
+    counters: FlowCounters,
+    polled_at: Option<Mono>,
+}
+
+/// A change the table reports.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConnChange {
+    Opened(u64),
+    Closed(u64),
+}
+
+pub struct ConnTable {
+    conns: HashMap<u64, Conn>,
+    flows: HashMap<FlowId, FlowState>,
+    by_dcid: HashMap<ConnectionId, u64>,
+    /// DCID length per server endpoint, learned from its long-header SCIDs.
+    cid_len: HashMap<std::net::SocketAddr, usize>,
+    next_id: u64,
+    /// No packet either way for this long: the connection is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ConnTable {
+    fn default() -> Self {
+        ConnTable::new(Duration::from_secs(30))
+    }
+}
+
+impl ConnTable {
+    pub fn new(idle_timeout: Duration) -> Self {
+        ConnTable {
+            conns: HashMap::new(),
+            flows: HashMap::new(),
+            by_dcid: HashMap::new(),
+            cid_len: HashMap::new(),
+            next_id: 1,
+            idle_timeout,
+        }
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Conn> {
+        self.conns.get(&id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Conn> {
+        self.conns.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// The connection a flow belongs to.
+    pub fn conn_of(&self, flow: &FlowId) -> Option<u64> {
+        self.flows.get(flow).map(|f| f.conn)
+    }
+
+    fn new_conn(&mut self, flow: FlowId, at: Mono) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.conns.insert(
+            id,
+            Conn {
+                id,
+                dcid: None,
+                grouping: Grouping::FiveTuple,
+                flows: vec![flow],
+                first_seen: at,
+                last_seen: at,
+                c2s: DirCounters::default(),
+                s2c: DirCounters::default(),
+                rate: Rates::default(),
+                opened_reported: false,
+                closed: None,
+                summed_at: None,
+            },
+        );
+        id
+    }
+
+    /// A header sample: learns CIDs, ties the flow to a connection.
+    pub fn sample(&mut self, at: Mono, s: &HeaderSample) {
+        let peek = Peek::of(&s.bytes);
+        if !self.flows.contains_key(&s.flow) {
+            // A known DCID at the start of a new client path = a port hop.
+            let hop = match (s.dir, &peek) {
+                (Dir::C2s, Peek::Short { .. }) => self.match_dcid(&s.bytes[1.min(s.bytes.len())..]),
+                (Dir::C2s, Peek::Long { dcid, .. }) => self.by_dcid.get(dcid).copied(),
+                _ => None,
+            };
+            let conn = match hop {
+                Some(id) if self.conns.get(&id).is_some_and(|c| c.closed.is_none()) => {
+                    if let Some(c) = self.conns.get_mut(&id) {
+                        c.flows.push(s.flow);
+                    }
+                    id
+                }
+                _ => self.new_conn(s.flow, at),
+            };
+            self.flows.insert(s.flow, FlowState { conn, ..Default::default() });
+        }
+        let st = self.flows.get_mut(&s.flow).expect("inserted above");
+        let conn_id = st.conn;
+        if peek.looks_obfuscated() {
+            st.obfuscated = true;
+        }
+        let obfuscated = st.obfuscated;
+        let mut learned_dcid = None;
+        match (&peek, s.dir) {
+            // The server's SCID is what clients put in short headers.
+            (Peek::Long { scid, .. }, Dir::S2c) if !obfuscated && !scid.is_empty() => {
+                self.cid_len.insert(s.flow.server, scid.len());
+                learned_dcid = Some(*scid);
+            }
+            (Peek::Short { .. }, Dir::C2s) if !obfuscated && s.bytes.len() > 1 => {
+                let rest = s.bytes[1..].to_vec();
+                if let Some(len) = self.cid_len.get(&s.flow.server).copied() {
+                    learned_dcid = rest.get(..len).and_then(ConnectionId::new).filter(|c| !c.is_empty());
+                } else {
+                    if st.prefixes.len() < PREFIX_SAMPLES {
+                        st.prefixes.push(rest.clone());
+                    }
+                    if st.prefixes.len() >= PREFIX_MIN {
+                        let len = st.prefixes.windows(2).map(|w| common_prefix(&w[0], &w[1])).min().unwrap_or(0);
+                        let len = len.min(super::quic::MAX_CID_LEN);
+                        if len > 0 {
+                            learned_dcid = rest.get(..len).and_then(ConnectionId::new);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        let Some(c) = self.conns.get_mut(&conn_id) else { return };
+        c.last_seen = c.last_seen.max(at);
+        if obfuscated {
+            c.grouping = Grouping::Obfuscated;
+            return;
+        }
+        if let Some(d) = learned_dcid
+            && c.dcid != Some(d)
+        {
+            c.dcid = Some(d);
+            c.grouping = Grouping::Dcid;
+            self.by_dcid.insert(d, conn_id);
+        }
+    }
+
+    /// The connection whose DCID starts `rest` (a short header after byte 0).
+    fn match_dcid(&self, rest: &[u8]) -> Option<u64> {
+        self.conns
+            .values()
+            .filter(|c| c.closed.is_none())
+            .find(|c| c.dcid.as_ref().is_some_and(|d| !d.is_empty() && rest.starts_with(d.as_bytes())))
+            .map(|c| c.id)
+    }
+
+    /// Fresh counters of one flow (cumulative, as the kernel keeps them).
+    pub fn counters(&mut self, at: Mono, flow: FlowId, counters: FlowCounters) {
+        if !self.flows.contains_key(&flow) {
+            // Counted before any sample reached us: group by 5-tuple for now.
+            let conn = self.new_conn(flow, at);
+            self.flows.insert(flow, FlowState { conn, ..Default::default() });
+        }
+        let st = self.flows.get_mut(&flow).expect("inserted above");
+        st.counters = counters;
+        st.polled_at = Some(at);
+    }
+
+    /// Recomputes sums and rates, closes idle connections; returns changes.
+    pub fn tick(&mut self, now: Mono) -> Vec<ConnChange> {
+        let mut sums: HashMap<u64, (DirCounters, DirCounters)> = HashMap::new();
+        for st in self.flows.values() {
+            let e = sums.entry(st.conn).or_default();
+            e.0.add(&st.counters.c2s);
+            e.1.add(&st.counters.s2c);
+        }
+        let mut out = Vec::new();
+        for c in self.conns.values_mut() {
+            if let Some((c2s, s2c)) = sums.remove(&c.id) {
+                if let Some(prev) = c.summed_at {
+                    let secs = now.since(prev).as_secs_f64();
+                    if secs > 0.0 {
+                        c.rate = rates(&c.c2s, &c.s2c, &c2s, &s2c, secs);
+                    }
+                }
+                c.summed_at = Some(now);
+                c.c2s = c2s;
+                c.s2c = s2c;
+                if let Some(t) = c.c2s.last_any().max(c.s2c.last_any()) {
+                    c.last_seen = c.last_seen.max(t);
+                }
+            }
+            if c.closed.is_none() {
+                // Report once the grouping is settled (a DCID, or obfuscation
+                // seen), or after two seconds: a port hop must not look new.
+                let settled = c.grouping != Grouping::FiveTuple || now.since(c.first_seen) >= OPEN_AFTER;
+                if !c.opened_reported && settled {
+                    c.opened_reported = true;
+                    out.push(ConnChange::Opened(c.id));
+                }
+                if now.since(c.last_seen) >= self.idle_timeout {
+                    c.closed = Some(now);
+                    if c.opened_reported {
+                        out.push(ConnChange::Closed(c.id));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Forgets closed connections (after their events were emitted).
+    pub fn sweep(&mut self) {
+        let closed: BTreeSet<u64> = self.conns.values().filter(|c| c.closed.is_some()).map(|c| c.id).collect();
+        if closed.is_empty() {
+            return;
+        }
+        self.conns.retain(|id, _| !closed.contains(id));
+        self.flows.retain(|_, f| !closed.contains(&f.conn));
+        self.by_dcid.retain(|_, id| !closed.contains(id));
+    }
+}
+
+fn rates(old_c2s: &DirCounters, old_s2c: &DirCounters, c2s: &DirCounters, s2c: &DirCounters, secs: f64) -> Rates {
+    let per = |new: u64, old: u64| new.saturating_sub(old) as f64 / secs.max(1e-3);
+    let mut r = Rates::default();
+    for i in 0..3 {
+        r.c2s_pps[i] = per(c2s.packets[i], old_c2s.packets[i]);
+        r.c2s_bps[i] = per(c2s.bytes[i], old_c2s.bytes[i]);
+        r.s2c_pps[i] = per(s2c.packets[i], old_s2c.packets[i]);
+        r.s2c_bps[i] = per(s2c.bytes[i], old_s2c.bytes[i]);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(secs: f64) -> Mono {
+        Mono::from_secs_f64(secs)
+    }
+
+    fn flow(client_port: u16, server_port: u16) -> FlowId {
+        FlowId {
+            client: format!("10.0.0.2:{client_port}").parse().unwrap(),
+            server: format!("10.0.0.1:{server_port}").parse().unwrap(),
+        }
+    }
+
+    /// A short header with this DCID and a random-looking packet number.
+    fn short(dcid: &[u8], pn: u8) -> Vec<u8> {
+        let mut b = vec![0x41];
+        b.extend_from_slice(dcid);
+        b.extend_from_slice(&[pn, pn.wrapping_mul(31), 0x55 ^ pn, 7]);
+        b
+    }
+
+    /// A server Handshake packet announcing `scid`.
+    fn server_long(scid: &[u8]) -> Vec<u8> {
+        let mut b = vec![0xe0, 0, 0, 0, 1, 0, scid.len() as u8];
+        b.extend_from_slice(scid);
+        b.extend_from_slice(&[0x40, 0x20, 1, 2, 3]);
+        b
+    }
+
+    fn sample(flow: FlowId, dir: Dir, bytes: Vec<u8>) -> HeaderSample {
+        HeaderSample { flow, dir, payload_len: bytes.len() as u32, segs: 1, bytes }
+    }
+
+    #[test]
+    fn dcid_learned_from_the_handshake_keeps_a_port_hop_in_one_connection() {
+        let mut t = ConnTable::default();
+        let dcid = [0xde, 0xad, 0xbe, 0xef];
+        let a = flow(50000, 443);
+        t.sample(s(0.0), &sample(a, Dir::S2c, server_long(&dcid)));
+        t.sample(s(0.1), &sample(a, Dir::C2s, short(&dcid, 1)));
+        let id = t.conn_of(&a).unwrap();
+        assert_eq!(t.get(id).unwrap().dcid.unwrap().as_bytes(), &dcid);
+        assert_eq!(t.get(id).unwrap().grouping, Grouping::Dcid);
+
+        // The client hops: new source port, new server port of the range.
+        let b = flow(50123, 20005);
+        t.sample(s(30.0), &sample(b, Dir::C2s, short(&dcid, 77)));
+        assert_eq!(t.conn_of(&b), Some(id));
+        assert_eq!(t.get(id).unwrap().hops(), 1);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.get(id).unwrap().server_ports().into_iter().collect::<Vec<_>>(), vec![443, 20005]);
+    }
+
+    #[test]
+    fn dcid_length_is_estimated_when_we_missed_the_handshake() {
+        let mut t = ConnTable::default();
+        let dcid = [1, 2, 3, 4, 5, 6, 7, 8];
+        let a = flow(40000, 443);
+        for pn in 1..=4 {
+            t.sample(s(pn as f64), &sample(a, Dir::C2s, short(&dcid, pn * 17)));
+        }
+        let id = t.conn_of(&a).unwrap();
+        assert_eq!(t.get(id).unwrap().dcid.unwrap().as_bytes(), &dcid);
+        let b = flow(40001, 443);
+        t.sample(s(5.0), &sample(b, Dir::C2s, short(&dcid, 99)));
+        assert_eq!(t.conn_of(&b), Some(id), "rebinding joins by DCID");
+    }
+
+    #[test]
+    fn two_clients_are_two_connections() {
+        let mut t = ConnTable::default();
+        for (port, dcid) in [(1000u16, [9u8, 9, 9, 9]), (1001, [8, 8, 8, 8])] {
+            let f = flow(port, 443);
+            t.sample(s(0.0), &sample(f, Dir::S2c, server_long(&dcid)));
+            t.sample(s(0.1), &sample(f, Dir::C2s, short(&dcid, 3)));
+        }
+        assert_eq!(t.len(), 2);
+        assert_ne!(t.conn_of(&flow(1000, 443)), t.conn_of(&flow(1001, 443)));
+    }
+
+    #[test]
+    fn obfuscated_flows_are_grouped_by_five_tuple_and_marked() {
+        let mut t = ConnTable::default();
+        let a = flow(3000, 443);
+        // Salamander: random bytes, here a long header with a random version.
+        t.sample(s(0.0), &sample(a, Dir::C2s, vec![0xc3, 0x91, 0x22, 0x7a, 0x05, 4, 1, 2, 3, 4, 0]));
+        let id = t.conn_of(&a).unwrap();
+        assert_eq!(t.get(id).unwrap().grouping, Grouping::Obfuscated);
+        // Another 5-tuple whose bytes happen to start like that is not merged.
+        let b = flow(3001, 443);
+        t.sample(s(1.0), &sample(b, Dir::C2s, vec![0x41, 1, 2, 3, 4, 5]));
+        assert_ne!(t.conn_of(&b), Some(id));
+    }
+
+    #[test]
+    fn counters_sum_over_hops_and_idle_connections_close() {
+        let mut t = ConnTable::new(Duration::from_secs(30));
+        let dcid = [5, 5, 5, 5];
+        let (a, b) = (flow(1, 443), flow(2, 443));
+        t.sample(s(0.0), &sample(a, Dir::S2c, server_long(&dcid)));
+        t.sample(s(0.0), &sample(a, Dir::C2s, short(&dcid, 1)));
+        t.sample(s(10.0), &sample(b, Dir::C2s, short(&dcid, 2)));
+        let dc = |pk: u64, at: f64| DirCounters {
+            packets: [0, 0, pk],
+            bytes: [0, 0, pk * 1200],
+            last: [None, None, Some(s(at))],
+            first: Some(s(0.0)),
+        };
+        t.counters(s(10.0), a, FlowCounters { c2s: dc(100, 9.0), s2c: dc(10, 9.0) });
+        t.counters(s(10.0), b, FlowCounters { c2s: dc(50, 10.0), s2c: dc(5, 10.0) });
+        assert_eq!(t.tick(s(10.0)), vec![ConnChange::Opened(1)]);
+        let c = t.get(1).unwrap();
+        assert_eq!(c.c2s.total_packets(), 150);
+        assert_eq!(c.c2s.total_bytes(), 150 * 1200);
+        assert!(c.alive(s(12.0), Duration::from_secs(5)));
+        assert!(t.tick(s(39.0)).is_empty());
+        assert_eq!(t.tick(s(40.0)), vec![ConnChange::Closed(1)]);
+        t.sweep();
+        assert!(t.is_empty());
+    }
+}

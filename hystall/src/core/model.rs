@@ -1,0 +1,75 @@
+//! The whole model: target sockets and QUIC connections, fed by observations,
+//! judged on every tick. Sinks only ever see its events and read its tables.
+
+use super::conns::{Conn, ConnChange, ConnTable, Grouping};
+use super::event::{ConnInfo, Event, Stamped};
+use super::observation::Observation;
+use super::sockets::SocketTable;
+use super::time::Mono;
+use super::verdict::Thresholds;
+
+pub struct Model {
+    pub sockets: SocketTable,
+    pub conns: ConnTable,
+}
+
+impl Model {
+    pub fn new(th: Thresholds, quic_idle: std::time::Duration) -> Self {
+        Model { sockets: SocketTable::new(th), conns: ConnTable::new(quic_idle) }
+    }
+
+    pub fn apply(&mut self, obs: Observation) {
+        match obs {
+            Observation::Header { at, sample } => self.conns.sample(at, &sample),
+            Observation::FlowCounts { at, flows } => {
+                for (id, c) in flows {
+                    self.conns.counters(at, id, c);
+                }
+            }
+            other => self.sockets.apply(other),
+        }
+    }
+
+    pub fn tick(&mut self, now: Mono) -> Vec<Stamped> {
+        let mut out = self.sockets.tick(now);
+        for change in self.conns.tick(now) {
+            let (id, closed) = match change {
+                ConnChange::Opened(id) => (id, false),
+                ConnChange::Closed(id) => (id, true),
+            };
+            if let Some(c) = self.conns.get(id) {
+                let mut info = conn_info(c);
+                out.push(if closed {
+                    info.reason = Some("idle");
+                    Stamped { at: now, event: Event::QuicConnClosed(info) }
+                } else {
+                    Stamped { at: now, event: Event::QuicConnOpened(info) }
+                });
+            }
+        }
+        self.conns.sweep();
+        out
+    }
+}
+
+pub fn conn_info(c: &Conn) -> ConnInfo {
+    ConnInfo {
+        conn: c.id,
+        client: c.client().map(|a| a.to_string()),
+        server: c.server().map(|a| a.to_string()),
+        dcid: c.dcid_hex(),
+        grouping: match c.grouping {
+            Grouping::Dcid => "dcid",
+            Grouping::Obfuscated => "obfuscated",
+            Grouping::FiveTuple => "five_tuple",
+        },
+        obfuscated: c.grouping == Grouping::Obfuscated,
+        hops: c.hops(),
+        server_ports: c.server_ports().into_iter().collect(),
+        c2s_packets: c.c2s.total_packets(),
+        c2s_bytes: c.c2s.total_bytes(),
+        s2c_packets: c.s2c.total_packets(),
+        s2c_bytes: c.s2c.total_bytes(),
+        reason: None,
+    }
+}

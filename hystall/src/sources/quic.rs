@@ -1,0 +1,90 @@
+//! The QUIC side of the live source: which UDP ports and interfaces to watch,
+//! and the TC classifier's maps turned into observations.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use hystall_common::{AF_INET, DIR_C2S, DIR_S2C, DirStats, FlowKey, FlowSample, FlowStats};
+
+use super::procs;
+use super::sockdiag::SockDiag;
+use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
+use crate::core::time::Mono;
+
+/// The kernel's ephemeral port range (`net.ipv4.ip_local_port_range`): the
+/// ports client sockets get when they bind port 0.
+pub fn ephemeral_range() -> (u16, u16) {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let mut it = s.split_whitespace().filter_map(|p| p.parse().ok());
+    match (it.next(), it.next()) {
+        (Some(lo), Some(hi)) => (lo, hi),
+        _ => (32768, 60999),
+    }
+}
+
+/// UDP ports the processes `pids` serve on: sockets with no fixed peer, bound
+/// outside the ephemeral range. A proxy's own QUIC *client* sockets (outbound
+/// hysteria2, say) get ephemeral ports; watching them as server ports would
+/// count every packet of those connections backwards. A server on an
+/// ephemeral port must be named with `--port`.
+pub fn discover_ports(diag: &mut SockDiag, pids: &HashSet<u32>) -> HashSet<u16> {
+    let (lo, hi) = ephemeral_range();
+    let Ok(udp) = diag.dump_udp() else { return HashSet::new() };
+    let by_inode: HashMap<u32, u16> = udp
+        .into_iter()
+        .filter(|d| d.remote.is_none() && d.inode != 0)
+        .filter_map(|d| Some((d.inode, d.local?.port())))
+        .filter(|(_, port)| !(lo..=hi).contains(port))
+        .collect();
+    let mut out = HashSet::new();
+    for &pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        for fd in fds.flatten() {
+            if let Some(n) = fd.file_name().to_str().and_then(|s| s.parse::<u64>().ok())
+                && let Some(port) = procs::fd_socket_inode(pid, n).and_then(|i| by_inode.get(&i))
+            {
+                out.insert(*port);
+            }
+        }
+    }
+    out
+}
+
+pub fn flow_id(k: &FlowKey) -> FlowId {
+    let ip = |a: &[u8; 16]| -> IpAddr {
+        if k.family == AF_INET {
+            IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
+        } else {
+            let v6 = Ipv6Addr::from(*a);
+            v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+        }
+    };
+    FlowId {
+        client: SocketAddr::new(ip(&k.client), k.client_port),
+        server: SocketAddr::new(ip(&k.server), k.server_port),
+    }
+}
+
+fn dir_counters(d: &DirStats) -> DirCounters {
+    DirCounters {
+        packets: d.packets,
+        bytes: d.bytes,
+        last: [Mono::nonzero(d.last_ns[0]), Mono::nonzero(d.last_ns[1]), Mono::nonzero(d.last_ns[2])],
+        first: Mono::nonzero(d.first_ns),
+    }
+}
+
+pub fn flow_counters(s: &FlowStats) -> FlowCounters {
+    FlowCounters { c2s: dir_counters(&s.dir[DIR_C2S]), s2c: dir_counters(&s.dir[DIR_S2C]) }
+}
+
+pub fn header_sample(s: &FlowSample) -> HeaderSample {
+    let n = (s.caplen as usize).min(s.bytes.len());
+    HeaderSample {
+        flow: flow_id(&s.key),
+        dir: if s.dir as usize == DIR_C2S { Dir::C2s } else { Dir::S2c },
+        payload_len: s.payload_len,
+        segs: s.segs,
+        bytes: s.bytes[..n].to_vec(),
+    }
+}
