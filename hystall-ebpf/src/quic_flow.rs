@@ -109,7 +109,8 @@ fn try_flow(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     if let (Some(pk), Some(by), Some(ls)) = (d.packets.get_mut(class), d.bytes.get_mut(class), d.last_ns.get_mut(class))
     {
         *pk += segs as u64;
-        *by += segs as u64 * seg_len as u64;
+        // The whole payload of a super-packet (its last segment may be short).
+        *by += p.payload_len as u64;
         *ls = now;
     }
     if d.first_ns == 0 {

@@ -144,7 +144,8 @@ pub struct LabArgs {
     /// Seconds a probe may take before it counts as failed.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     pub probe_timeout: f64,
-    /// One JSON object per line (lab_ready, lab_stream, lab_probe, lab_done).
+    /// One JSON object per line (lab_ready, lab_target_connected, lab_target_closed,
+    /// lab_probe, lab_done).
     #[arg(long)]
     pub json: bool,
 }

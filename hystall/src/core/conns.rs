@@ -79,9 +79,9 @@ impl Conn {
         self.flows.iter().map(|f| f.server.port()).collect()
     }
 
-    /// Port hops (or NAT rebinds) seen: client 5-tuples after the first.
+    /// Port hops (or NAT rebinds) seen: client addresses after the first.
     pub fn hops(&self) -> usize {
-        self.flows.len().saturating_sub(1)
+        self.flows.iter().map(|f| f.client).collect::<BTreeSet<_>>().len().saturating_sub(1)
     }
 
     /// Packets both ways within `window` before `now`.
@@ -111,6 +111,9 @@ struct FlowState {
     prefixes: Vec<Vec<u8>>,
     obfuscated: bool,
     counters: FlowCounters,
+    /// Cumulative kernel counters when this flow joined its connection (a
+    /// 5-tuple reused after an earlier connection on it closed).
+    base: FlowCounters,
     polled_at: Option<Mono>,
 }
 
@@ -125,6 +128,13 @@ pub struct ConnTable {
     conns: HashMap<u64, Conn>,
     flows: HashMap<FlowId, FlowState>,
     by_dcid: HashMap<ConnectionId, u64>,
+    /// Client address:port → connection. Server → client packets carry no
+    /// useful DCID; and with DNAT done before TC (locally generated traffic),
+    /// they show a hop port where the client's packets show the real one.
+    by_client: HashMap<std::net::SocketAddr, u64>,
+    /// Flows of closed connections, with their final cumulative counters: a
+    /// later poll showing the same counters is not a new connection.
+    retired: HashMap<FlowId, FlowCounters>,
     /// DCID length per server endpoint, learned from its long-header SCIDs.
     cid_len: HashMap<std::net::SocketAddr, usize>,
     next_id: u64,
@@ -144,6 +154,8 @@ impl ConnTable {
             conns: HashMap::new(),
             flows: HashMap::new(),
             by_dcid: HashMap::new(),
+            by_client: HashMap::new(),
+            retired: HashMap::new(),
             cid_len: HashMap::new(),
             next_id: 1,
             idle_timeout,
@@ -204,16 +216,7 @@ impl ConnTable {
                 (Dir::C2s, Peek::Long { dcid, .. }) => self.by_dcid.get(dcid).copied(),
                 _ => None,
             };
-            let conn = match hop {
-                Some(id) if self.conns.get(&id).is_some_and(|c| c.closed.is_none()) => {
-                    if let Some(c) = self.conns.get_mut(&id) {
-                        c.flows.push(s.flow);
-                    }
-                    id
-                }
-                _ => self.new_conn(s.flow, at),
-            };
-            self.flows.insert(s.flow, FlowState { conn, ..Default::default() });
+            self.attach_flow(s.flow, hop, at);
         }
         let st = self.flows.get_mut(&s.flow).expect("inserted above");
         let conn_id = st.conn;
@@ -262,6 +265,25 @@ impl ConnTable {
         }
     }
 
+    /// Ties a new flow to a connection: the one its DCID names (`by_dcid`), else
+    /// the one of its client address and port, else a new one.
+    fn attach_flow(&mut self, flow: FlowId, by_dcid: Option<u64>, at: Mono) -> u64 {
+        let open = |id: &u64| self.conns.get(id).is_some_and(|c| c.closed.is_none());
+        let existing = by_dcid.filter(open).or_else(|| self.by_client.get(&flow.client).copied().filter(open));
+        let conn = match existing {
+            Some(id) => {
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.flows.push(flow);
+                }
+                id
+            }
+            None => self.new_conn(flow, at),
+        };
+        self.by_client.insert(flow.client, conn);
+        self.flows.insert(flow, FlowState { conn, ..Default::default() });
+        conn
+    }
+
     /// The connection whose DCID starts `rest` (a short header after byte 0).
     fn match_dcid(&self, rest: &[u8]) -> Option<u64> {
         self.conns
@@ -271,15 +293,36 @@ impl ConnTable {
             .map(|c| c.id)
     }
 
+    /// Fresh counters of every flow (cumulative, as the kernel keeps them).
+    pub fn poll(&mut self, at: Mono, flows: Vec<(FlowId, FlowCounters)>) {
+        let present: std::collections::HashSet<FlowId> = flows.iter().map(|(f, _)| *f).collect();
+        self.retired.retain(|f, _| present.contains(f));
+        for (flow, c) in flows {
+            self.counters(at, flow, c);
+        }
+    }
+
     /// Fresh counters of one flow (cumulative, as the kernel keeps them).
     pub fn counters(&mut self, at: Mono, flow: FlowId, counters: FlowCounters) {
+        let mut base = FlowCounters::default();
         if !self.flows.contains_key(&flow) {
-            // Counted before any sample reached us: group by 5-tuple for now.
-            let conn = self.new_conn(flow, at);
-            self.flows.insert(flow, FlowState { conn, ..Default::default() });
+            if let Some(old) = self.retired.get(&flow) {
+                if old.c2s.total_packets() == counters.c2s.total_packets()
+                    && old.s2c.total_packets() == counters.s2c.total_packets()
+                {
+                    return; // the closed connection's last figures, nothing new
+                }
+                base = old.clone();
+                self.retired.remove(&flow);
+            }
+            // Counted before any sample reached us.
+            self.attach_flow(flow, None, at);
+            if let Some(st) = self.flows.get_mut(&flow) {
+                st.base = base;
+            }
         }
         let st = self.flows.get_mut(&flow).expect("inserted above");
-        st.counters = counters;
+        st.counters = since(&counters, &st.base);
         st.polled_at = Some(at);
     }
 
@@ -333,9 +376,29 @@ impl ConnTable {
             return;
         }
         self.conns.retain(|id, _| !closed.contains(id));
+        for (flow, st) in self.flows.iter().filter(|(_, f)| closed.contains(&f.conn)) {
+            let mut total = st.counters.clone();
+            total.c2s.add(&st.base.c2s);
+            total.s2c.add(&st.base.s2c);
+            self.retired.insert(*flow, total);
+        }
         self.flows.retain(|_, f| !closed.contains(&f.conn));
         self.by_dcid.retain(|_, id| !closed.contains(id));
+        self.by_client.retain(|_, id| !closed.contains(id));
     }
+}
+
+/// `now - base`, per class (times are kept from `now`).
+fn since(now: &FlowCounters, base: &FlowCounters) -> FlowCounters {
+    let d = |n: &DirCounters, b: &DirCounters| {
+        let mut out = *n;
+        for i in 0..3 {
+            out.packets[i] = n.packets[i].saturating_sub(b.packets[i]);
+            out.bytes[i] = n.bytes[i].saturating_sub(b.bytes[i]);
+        }
+        out
+    };
+    FlowCounters { c2s: d(&now.c2s, &base.c2s), s2c: d(&now.s2c, &base.s2c) }
 }
 
 fn rates(old_c2s: &DirCounters, old_s2c: &DirCounters, c2s: &DirCounters, s2c: &DirCounters, secs: f64) -> Rates {
@@ -418,6 +481,45 @@ mod tests {
         let b = flow(40001, 443);
         t.sample(s(5.0), &sample(b, Dir::C2s, short(&dcid, 99)));
         assert_eq!(t.conn_of(&b), Some(id), "rebinding joins by DCID");
+    }
+
+    #[test]
+    fn server_packets_join_by_client_address_even_from_a_hop_port() {
+        let mut t = ConnTable::default();
+        let dcid = [7, 7, 7, 7];
+        let c2s = flow(5000, 443);
+        t.sample(s(0.0), &sample(c2s, Dir::S2c, server_long(&dcid)));
+        t.sample(s(0.1), &sample(c2s, Dir::C2s, short(&dcid, 1)));
+        // Replies leave through reverse NAT: same client, the hop port as source.
+        let s2c = flow(5000, 20003);
+        t.sample(s(0.2), &sample(s2c, Dir::S2c, vec![0x40, 1, 2, 3]));
+        assert_eq!(t.conn_of(&s2c), t.conn_of(&c2s));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.get(1).unwrap().hops(), 0, "same client address: not a hop");
+    }
+
+    #[test]
+    fn a_closed_connection_is_not_resurrected_by_later_polls_of_its_flow() {
+        let mut t = ConnTable::new(Duration::from_secs(2));
+        let a = flow(9, 443);
+        let dc = |pk: u64| DirCounters {
+            packets: [pk, 0, 0],
+            bytes: [pk * 50, 0, 0],
+            last: [Some(s(1.0)), None, None],
+            first: Some(s(0.0)),
+        };
+        t.poll(s(1.0), vec![(a, FlowCounters { c2s: dc(10), s2c: dc(10) })]);
+        t.tick(s(1.0));
+        assert_eq!(t.tick(s(3.5)), vec![ConnChange::Opened(1), ConnChange::Closed(1)]);
+        t.sweep();
+        // The kernel's LRU map still holds the flow with the same figures.
+        t.poll(s(4.0), vec![(a, FlowCounters { c2s: dc(10), s2c: dc(10) })]);
+        assert!(t.is_empty());
+        // A new connection on the same 5-tuple counts from where the old one ended.
+        t.poll(s(5.0), vec![(a, FlowCounters { c2s: dc(15), s2c: dc(12) })]);
+        t.tick(s(5.0));
+        let c = t.iter().next().unwrap();
+        assert_eq!((c.c2s.total_packets(), c.s2c.total_packets()), (5, 2));
     }
 
     #[test]

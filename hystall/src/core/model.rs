@@ -21,11 +21,7 @@ impl Model {
     pub fn apply(&mut self, obs: Observation) {
         match obs {
             Observation::Header { at, sample } => self.conns.sample(at, &sample),
-            Observation::FlowCounts { at, flows } => {
-                for (id, c) in flows {
-                    self.conns.counters(at, id, c);
-                }
-            }
+            Observation::FlowCounts { at, flows } => self.conns.poll(at, flows),
             other => self.sockets.apply(other),
         }
     }

@@ -18,7 +18,7 @@ pub enum Peek {
 
 impl Peek {
     pub fn of(bytes: &[u8]) -> Peek {
-        let Some(&first) = bytes.first() else { return Peek::Invalid };
+        let Some(&first) = bytes.first() else { return Peek::Short { fixed_bit: false } };
         let fixed_bit = first & 0x40 != 0;
         if first & 0x80 == 0 {
             return Peek::Short { fixed_bit };
@@ -35,18 +35,17 @@ impl Peek {
         Peek::Long { version, dcid, scid, fixed_bit }
     }
 
-    /// A long header of a version nobody speaks, or a long/short header with the
-    /// fixed bit clear on a version that requires it: what obfuscation (Hysteria's
-    /// Salamander XORs every byte) looks like. Real QUIC shows neither — except
-    /// short headers of peers that negotiated RFC 9287 greasing, so a clear
-    /// fixed bit on a *short* header alone is not taken as evidence.
+    /// A long header of a version nobody speaks, or with connection IDs longer
+    /// than QUIC allows: what obfuscation looks like (Hysteria's Salamander XORs
+    /// every byte, so half its packets look like long headers with random
+    /// versions). The fixed bit is no evidence: peers that negotiated RFC 9287
+    /// greasing (quinn does) clear it in long and short headers alike.
     pub fn looks_obfuscated(&self) -> bool {
         match self {
-            Peek::Long { version, fixed_bit, .. } => {
-                !known_version(*version) || (!fixed_bit && *version != VERSION_NEGOTIATION)
-            }
-            Peek::Short { .. } => false,
+            Peek::Long { version, .. } => !known_version(*version),
+            // Connection ID lengths over 20 (RFC 9000 allows none) on a long header.
             Peek::Invalid => true,
+            Peek::Short { .. } => false,
         }
     }
 }
@@ -90,9 +89,9 @@ mod tests {
     fn random_versions_and_bad_lengths_look_obfuscated() {
         assert!(Peek::of(&[0xc0, 0x12, 0x34, 0x56, 0x78, 0, 0]).looks_obfuscated());
         assert!(Peek::of(&[0xc0, 0, 0, 0, 1, 200, 1, 2]).looks_obfuscated());
-        assert!(Peek::of(&[0x80, 0, 0, 0, 1, 0, 0]).looks_obfuscated());
+        assert!(!Peek::of(&[0x80, 0, 0, 0, 1, 0, 0]).looks_obfuscated(), "greased long header");
         assert!(!Peek::of(&[0x00, 1, 2, 3]).looks_obfuscated(), "greased short header");
-        assert!(Peek::of(&[]).looks_obfuscated());
+        assert!(!Peek::of(&[]).looks_obfuscated(), "an empty sample says nothing");
     }
 
     #[test]

@@ -125,14 +125,28 @@ async fn upload_once(conn: &Connection, target: SocketAddr, chunk: &[u8], counte
         loop {
             let n = send.write(chunk).await?;
             counter.fetch_add(n as u64, Ordering::Relaxed);
+            // quinn hands out connection credit at write time, first come first
+            // served, so a writer that loops without yielding takes all of it. A
+            // quic-go client (Hysteria's) shares it among streams round-robin as
+            // it packs frames; yielding after each write gets close to that, so a
+            // new request is not starved by the uploads' appetite alone.
+            tokio::task::yield_now().await;
         }
     };
     // Read the answer (status byte, whatever the target says) so that it never
-    // pins this side's own receive window.
+    // pins this side's own receive window. The proxy resets its half when it
+    // gives up on the stream: that ends the upload too. (It also sends
+    // STOP_SENDING, but quinn 0.11 may never wake a writer parked on the
+    // connection window whose stream window is used up, even once stopped.)
     let drain = async {
         let mut buf = [0u8; 4096];
-        while let Ok(Some(_)) = recv.read(&mut buf).await {}
-        std::future::pending::<()>().await
+        loop {
+            match recv.read(&mut buf).await {
+                Ok(Some(_)) => {}
+                Ok(None) => std::future::pending::<()>().await, // the target is done talking
+                Err(e) => return e,
+            }
+        }
     };
     tokio::select! {
         res = write => {
@@ -142,7 +156,7 @@ async fn upload_once(conn: &Connection, target: SocketAddr, chunk: &[u8], counte
                 Err(e) => e.into(),
             }
         }
-        () = drain => unreachable!("drain never ends"),
+        e = drain => anyhow::Error::from(e).context("the proxy closed the stream"),
     }
 }
 

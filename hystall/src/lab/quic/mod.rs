@@ -78,7 +78,7 @@ impl Default for QuicLabConfig {
             keylog: None,
             probe_every: Duration::from_secs(1),
             probe_timeout: Duration::from_secs(2),
-            chunk: 1024 * 1024,
+            chunk: 64 * 1024,
         }
     }
 }
@@ -183,8 +183,9 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         };
         let mut out = io::stdout();
         let mut broken = false;
+        let mut render = Render::new(json);
         run_lab_until(cfg, stop, |ev| {
-            if let Some(line) = render(&ev, json) {
+            if let Some(line) = render.line(&ev) {
                 // Best effort: a reader that went away must not stop the lab midway.
                 if !broken && writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
                     broken = true;
@@ -392,18 +393,42 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// One output line for `ev`, or None for what the CLI leaves out (the echo
-/// service's connections: one per probe).
-fn render(ev: &LabEvent, json: bool) -> Option<String> {
-    if let LabEvent::LabTargetConnected(s) | LabEvent::LabTargetClosed(s) = ev
-        && s.target == "echo"
-    {
-        return None;
+/// The CLI's output: every event as JSON, or as text.
+struct Render {
+    json: bool,
+    /// Text only: the streams whose target sockets are shown. Only the first
+    /// uploads' are (upclose targets make new ones many times a second).
+    shown: std::collections::HashSet<u64>,
+    show_at_most: usize,
+}
+
+impl Render {
+    fn new(json: bool) -> Self {
+        Self { json, shown: Default::default(), show_at_most: 0 }
     }
-    if json {
-        return Some(serde_json::to_string(ev).expect("lab events serialize"));
+
+    /// One output line for `ev`, or None for what is left out: the echo
+    /// service's connections (one per probe) and, as text, the target sockets of
+    /// restarted uploads.
+    fn line(&mut self, ev: &LabEvent) -> Option<String> {
+        match ev {
+            LabEvent::LabTargetConnected(s) | LabEvent::LabTargetClosed(s) if s.target == "echo" => return None,
+            LabEvent::LabReady(r) => self.show_at_most = r.uploads,
+            LabEvent::LabTargetConnected(s) if !self.json => {
+                if self.shown.len() >= self.show_at_most {
+                    return None;
+                }
+                self.shown.insert(s.stream);
+            }
+            LabEvent::LabTargetClosed(s) if !self.json && !self.shown.contains(&s.stream) => return None,
+            _ => {}
+        }
+        Some(if self.json { serde_json::to_string(ev).expect("lab events serialize") } else { text(ev) })
     }
-    Some(match ev {
+}
+
+fn text(ev: &LabEvent) -> String {
+    match ev {
         LabEvent::LabReady(r) => format!(
             "QUIC lab (pid {}): proxy on udp {} (stream window {} MiB, connection window {} MiB), client {}\n\
              {} upload(s) into a {} target at {}; a new stream to the echo service at {} and a datagram \
@@ -452,7 +477,7 @@ fn render(ev: &LabEvent, json: bool) -> Option<String> {
             d.uploaded.iter().map(|&b| mib(b)).collect::<Vec<_>>().join(" "),
             if d.upload_restarts > 0 { format!(" ({} upload restarts)", d.upload_restarts) } else { String::new() },
         ),
-    })
+    }
 }
 
 fn mib(bytes: u64) -> String {
