@@ -25,6 +25,16 @@ pub struct SockOffsets {
     pub skc_v6_rcv_saddr: u32,
     /// `sk->sk_protocol` (u16 since 5.6).
     pub sk_protocol: u32,
+    /// `struct tcp_sock`: `snd_una`, `snd_nxt`, `snd_wnd` (a `struct sock *` of a
+    /// TCP socket points at its `tcp_sock`).
+    pub tcp_snd_una: u32,
+    pub tcp_snd_nxt: u32,
+    pub tcp_snd_wnd: u32,
+    /// `struct pt_regs`: the first and third syscall argument, and the syscall
+    /// number (x86_64: di, dx, orig_ax; arm64: regs[0], regs[2], syscallno).
+    pub regs_arg0: u32,
+    pub regs_arg2: u32,
+    pub regs_nr: u32,
 }
 
 impl SockOffsets {
@@ -38,40 +48,28 @@ impl SockOffsets {
         skc_v6_daddr: 0,
         skc_v6_rcv_saddr: 0,
         sk_protocol: 0,
+        tcp_snd_una: 0,
+        tcp_snd_nxt: 0,
+        tcp_snd_wnd: 0,
+        regs_arg0: 0,
+        regs_arg2: 0,
+        regs_nr: 0,
     };
 }
 
 /// Offsets of fields in classic tracepoint records (from tracefs `format` files).
+/// Only `tcp/tcp_destroy_sock` stays a classic tracepoint: it is rare, and its
+/// record carries the cookie. Hot paths use raw or BTF tracepoints, which skip
+/// building the record.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TpOffsets {
-    /// `tcp/tcp_probe`: `sock_cookie`, `snd_nxt`, `snd_una`, `snd_wnd`.
-    pub probe_cookie: u32,
-    pub probe_snd_nxt: u32,
-    pub probe_snd_una: u32,
-    pub probe_snd_wnd: u32,
     /// `tcp/tcp_destroy_sock`: `sock_cookie`.
     pub destroy_cookie: u32,
-    /// `raw_syscalls/sys_enter`: `id`, `args`.
-    pub enter_id: u32,
-    pub enter_args: u32,
-    /// `raw_syscalls/sys_exit`: `id`, `ret`.
-    pub exit_id: u32,
-    pub exit_ret: u32,
 }
 
 impl TpOffsets {
-    pub const ZERO: Self = Self {
-        probe_cookie: 0,
-        probe_snd_nxt: 0,
-        probe_snd_una: 0,
-        probe_snd_wnd: 0,
-        destroy_cookie: 0,
-        enter_id: 0,
-        enter_args: 0,
-        exit_id: 0,
-        exit_ret: 0,
-    };
+    pub const ZERO: Self = Self { destroy_cookie: 0 };
 }
 
 /// Syscall numbers of the send family on the running architecture. A number of

@@ -93,6 +93,9 @@ pub fn comm() -> [u8; 16] {
 /// Reads a `T` at `off` bytes into a kernel object.
 #[inline(always)]
 pub unsafe fn read_at<T: Copy + Default>(base: *const u8, off: u32) -> T {
+    if base.is_null() {
+        return T::default();
+    }
     unsafe { bpf_probe_read_kernel(base.add(off as usize) as *const T) }.unwrap_or_default()
 }
 

@@ -1,33 +1,41 @@
-//! `tcp/tcp_probe`: every segment received on an established socket. For our
-//! sockets it tells whether the peer still acknowledges new data (snd_una moves)
-//! and what window it offers; a never-reading target answers zero-window probes
-//! with the same snd_una and a zero window forever.
+//! `tcp_probe` (BTF tracepoint: sk, skb): every segment received on an
+//! established socket. For our sockets it tells whether the peer still
+//! acknowledges new data (snd_una moves) and what window it offers; a
+//! never-reading target answers zero-window probes with the same snd_una and a
+//! zero window forever. BTF, not the classic tracepoint: this fires for every
+//! incoming segment of the machine, and a classic one builds a record each time.
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{helpers::generated::bpf_get_socket_cookie, macros::btf_tracepoint, programs::BtfTracePointContext};
 use hystall_common::{SOCK_ZERO_WINDOW, SockEventKind};
 
-use crate::maps::{SOCKS, emit, now_ns, tp_offsets};
+use crate::maps::{SOCKS, emit, now_ns, read_at, sock_offsets};
 
-#[tracepoint(category = "tcp", name = "tcp_probe")]
-pub fn tcp_probe(ctx: TracePointContext) -> u32 {
+#[btf_tracepoint(function = "tcp_probe")]
+pub fn tcp_probe(ctx: BtfTracePointContext) -> i32 {
     match try_tcp_probe(&ctx) {
         Ok(()) | Err(()) => 0,
     }
 }
 
-fn try_tcp_probe(ctx: &TracePointContext) -> Result<(), ()> {
-    let offs = tp_offsets();
-    let cookie: u64 = unsafe { ctx.read_at(offs.probe_cookie as usize) }.map_err(|_| ())?;
+fn try_tcp_probe(ctx: &BtfTracePointContext) -> Result<(), ()> {
+    let sk: *const u8 = ctx.arg(0);
+    if sk.is_null() {
+        return Err(());
+    }
+    // Cheapest test first: most segments belong to sockets we do not track.
+    let cookie = unsafe { bpf_get_socket_cookie(sk as *mut _) };
     let stats = SOCKS.get_ptr_mut(&cookie).ok_or(())?;
     let st = unsafe { &mut *stats };
-    let una: u32 = unsafe { ctx.read_at(offs.probe_snd_una as usize) }.map_err(|_| ())?;
-    let nxt: u32 = unsafe { ctx.read_at(offs.probe_snd_nxt as usize) }.map_err(|_| ())?;
-    let wnd: u32 = unsafe { ctx.read_at(offs.probe_snd_wnd as usize) }.map_err(|_| ())?;
+    let offs = sock_offsets();
+    // The values before this segment is processed, as the tracepoint sees them.
+    let una: u32 = unsafe { read_at(sk, offs.tcp_snd_una) };
+    let nxt: u32 = unsafe { read_at(sk, offs.tcp_snd_nxt) };
+    let wnd: u32 = unsafe { read_at(sk, offs.tcp_snd_wnd) };
     let now = now_ns();
 
     st.acks += 1;
-    // snd_una is the value before this ACK is processed; an advance shows up on
-    // the next segment, which for a stalled peer is its zero-window probe reply.
+    // An advance shows up on the next segment, which for a stalled peer is its
+    // zero-window probe reply.
     if st.snd_una != 0 && una != st.snd_una {
         let delta = una.wrapping_sub(st.snd_una);
         // Sequence numbers wrap; a "negative" delta is reordering, not progress.

@@ -19,10 +19,6 @@ impl Mono {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
 
-    pub fn add(self, d: Duration) -> Mono {
-        Mono(self.0.saturating_add(d.as_nanos() as u64))
-    }
-
     /// Kernel times use 0 for "never".
     pub fn nonzero(ns: u64) -> Option<Mono> {
         (ns != 0).then_some(Mono(ns))

@@ -29,7 +29,36 @@ pub fn sock_offsets_from(btf: &Btf) -> Result<SockOffsets, ProbeError> {
         skc_v6_daddr: c("skc_v6_daddr")?,
         skc_v6_rcv_saddr: c("skc_v6_rcv_saddr")?,
         sk_protocol: member_offset(btf, "sock", "sk_protocol")?,
+        tcp_snd_una: member_offset(btf, "tcp_sock", "snd_una")?,
+        tcp_snd_nxt: member_offset(btf, "tcp_sock", "snd_nxt")?,
+        tcp_snd_wnd: member_offset(btf, "tcp_sock", "snd_wnd")?,
+        regs_arg0: regs_offset(btf, 0)?,
+        regs_arg2: regs_offset(btf, 2)?,
+        regs_nr: regs_nr_offset(btf)?,
     })
+}
+
+/// Offset of syscall argument `n` (0 or 2) in `struct pt_regs`.
+fn regs_offset(btf: &Btf, n: usize) -> Result<u32, ProbeError> {
+    if cfg!(target_arch = "x86_64") {
+        member_offset(btf, "pt_regs", ["di", "si", "dx"][n.min(2)])
+    } else if cfg!(target_arch = "aarch64") {
+        // user_pt_regs.regs[n], 8 bytes each, at the start of pt_regs.
+        Ok(member_offset(btf, "pt_regs", "regs")? + 8 * n as u32)
+    } else {
+        Err(ProbeError::Btf(format!("syscall arguments are not mapped on {}", std::env::consts::ARCH)))
+    }
+}
+
+/// Offset of the syscall number in `struct pt_regs` (read at syscall exit).
+fn regs_nr_offset(btf: &Btf) -> Result<u32, ProbeError> {
+    if cfg!(target_arch = "x86_64") {
+        member_offset(btf, "pt_regs", "orig_ax")
+    } else if cfg!(target_arch = "aarch64") {
+        member_offset(btf, "pt_regs", "syscallno")
+    } else {
+        Err(ProbeError::Btf(format!("the syscall number is not mapped on {}", std::env::consts::ARCH)))
+    }
 }
 
 /// Byte offset of `field` in `struct name`, looking through anonymous
@@ -98,5 +127,11 @@ mod tests {
         assert_eq!(o.skc_num, 14);
         assert_eq!(o.skc_family, 16);
         assert!(o.sk_protocol > o.skc_family, "{o:?}");
+        // tcp_sock embeds inet_connection_sock (which embeds sock) first.
+        assert!(o.tcp_snd_una > o.sk_protocol && o.tcp_snd_nxt > o.sk_protocol, "{o:?}");
+        if cfg!(target_arch = "x86_64") {
+            // di, dx and orig_ax: stable since the x86_64 ABI began.
+            assert_eq!((o.regs_arg0, o.regs_arg2, o.regs_nr), (112, 96, 120), "{o:?}");
+        }
     }
 }

@@ -57,6 +57,7 @@ struct Spec {
 
 enum Kind {
     Btf(&'static str),
+    Raw(&'static str),
     Tp(&'static str, &'static str),
 }
 
@@ -71,18 +72,10 @@ const SPECS: &[Spec] = &[
         kind: Kind::Btf("inet_sock_set_state"),
         why: "connect/close of target sockets",
     },
-    Spec { prog: "tcp_probe", kind: Kind::Tp("tcp", "tcp_probe"), why: "ACK progress and the peer's window" },
+    Spec { prog: "tcp_probe", kind: Kind::Btf("tcp_probe"), why: "ACK progress and the peer's window" },
     Spec { prog: "tcp_destroy_sock", kind: Kind::Tp("tcp", "tcp_destroy_sock"), why: "socket close" },
-    Spec {
-        prog: "sys_enter",
-        kind: Kind::Tp("raw_syscalls", "sys_enter"),
-        why: "blocking writers parked in send syscalls",
-    },
-    Spec {
-        prog: "sys_exit",
-        kind: Kind::Tp("raw_syscalls", "sys_exit"),
-        why: "blocking writers parked in send syscalls",
-    },
+    Spec { prog: "sys_enter", kind: Kind::Raw("sys_enter"), why: "blocking writers parked in send syscalls" },
+    Spec { prog: "sys_exit", kind: Kind::Raw("sys_exit"), why: "blocking writers parked in send syscalls" },
 ];
 
 pub struct Probes {
@@ -106,18 +99,7 @@ impl Probes {
         raise_memlock();
         let root = tracefs::ensure_mounted()?;
         let sock_offsets = btf::sock_offsets()?;
-        let f = |c: &str, n: &str, field: &str| tracefs::field_offset(&root, c, n, field);
-        let tp = TpOffsets {
-            probe_cookie: f("tcp", "tcp_probe", "sock_cookie")?,
-            probe_snd_nxt: f("tcp", "tcp_probe", "snd_nxt")?,
-            probe_snd_una: f("tcp", "tcp_probe", "snd_una")?,
-            probe_snd_wnd: f("tcp", "tcp_probe", "snd_wnd")?,
-            destroy_cookie: f("tcp", "tcp_destroy_sock", "sock_cookie")?,
-            enter_id: f("raw_syscalls", "sys_enter", "id")?,
-            enter_args: f("raw_syscalls", "sys_enter", "args")?,
-            exit_id: f("raw_syscalls", "sys_exit", "id")?,
-            exit_ret: f("raw_syscalls", "sys_exit", "ret")?,
-        };
+        let tp = TpOffsets { destroy_cookie: tracefs::field_offset(&root, "tcp", "tcp_destroy_sock", "sock_cookie")? };
         let calls = syscalls::send_syscalls().unwrap_or(SendSyscalls::NONE);
         let filter: u8 = cfg.filter_pids.into();
 
@@ -297,6 +279,11 @@ fn attach(ebpf: &mut Ebpf, spec: &Spec, btf: &Btf) -> Result<(), String> {
             let p: &mut BtfTracePoint = prog.try_into().map_err(|e| format!("{e}"))?;
             p.load(func, btf).map_err(|e| format!("load tp_btf/{func}: {}", chain(&e)))?;
             p.attach().map_err(|e| format!("attach tp_btf/{func}: {}", chain(&e)))?;
+        }
+        Kind::Raw(name) => {
+            let p: &mut aya::programs::RawTracePoint = prog.try_into().map_err(|e| format!("{e}"))?;
+            p.load().map_err(|e| format!("load raw_tp/{name}: {}", chain(&e)))?;
+            p.attach(name).map_err(|e| format!("attach raw_tp/{name}: {}", chain(&e)))?;
         }
         Kind::Tp(cat, name) => {
             let p: &mut TracePoint = prog.try_into().map_err(|e| format!("{e}"))?;
