@@ -35,6 +35,10 @@ pub struct SockOffsets {
     pub regs_arg0: u32,
     pub regs_arg2: u32,
     pub regs_nr: u32,
+    /// `sk->sk_wmem_queued` and `sk->sk_sndbuf` (ints): a send that leaves the
+    /// first at or above the second filled the buffer; the writer blocks next.
+    pub sk_wmem_queued: u32,
+    pub sk_sndbuf: u32,
 }
 
 impl SockOffsets {
@@ -54,6 +58,8 @@ impl SockOffsets {
         regs_arg0: 0,
         regs_arg2: 0,
         regs_nr: 0,
+        sk_wmem_queued: 0,
+        sk_sndbuf: 0,
     };
 }
 

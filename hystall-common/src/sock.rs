@@ -34,7 +34,7 @@ pub struct SockStats {
     pub send_eagain: u64,
     /// Sends that failed with another error.
     pub send_errors: u64,
-    /// Sends that moved fewer bytes than asked (write/sendto only).
+    /// Sends that filled the buffer or moved fewer bytes than asked.
     pub short_sends: u64,
     /// Last send that moved bytes.
     pub last_send_ns: u64,

@@ -9,7 +9,7 @@ use aya_ebpf::{helpers::generated::bpf_get_socket_cookie, macros::btf_tracepoint
 use hystall_common::{SockEventKind, SockStats};
 
 use crate::maps::{
-    SOCKS, current_ids, emit, inflight, is_tcp, monitored, now_ns, send_syscalls, sock_offsets, track_sock,
+    SOCKS, current_ids, emit, inflight, is_tcp, monitored, now_ns, read_at, send_syscalls, sock_offsets, track_sock,
 };
 
 const EAGAIN: i32 = 11;
@@ -42,19 +42,26 @@ fn try_sock_send_length(ctx: &BtfTracePointContext) -> Result<(), ()> {
     let st = unsafe { &mut *stats };
     st.send_calls += 1;
 
-    // A short send (fewer bytes than asked) moves bytes but means the buffer is
-    // full: it is both progress and the start of a block. Only write/sendto carry
-    // the asked length in a register we can see.
+    // A send that leaves the buffer full (sk_wmem_queued >= sk_sndbuf) is both
+    // progress and the start of a block: the writer's next send cannot proceed.
+    // tokio, for one, does not even try it (a short write clears its readiness),
+    // so this, not EAGAIN, is often the only sign. A short write/sendto (fewer
+    // bytes than asked, when the syscall probes are attached) says the same.
     let asked = match inflight(tid) {
         Some(f) if send_syscalls().has_count(f.nr) => f.count,
         _ => 0,
+    };
+    let buffer_full = {
+        let queued: i32 = unsafe { read_at(sk, offs.sk_wmem_queued) };
+        let sndbuf: i32 = unsafe { read_at(sk, offs.sk_sndbuf) };
+        offs.sk_sndbuf != 0 && sndbuf > 0 && queued >= sndbuf
     };
 
     if ret > 0 {
         st.send_bytes += ret as u64;
         st.last_send_ns = now;
         st.last_errno = 0;
-        if asked > ret as u64 {
+        if asked > ret as u64 || buffer_full {
             st.short_sends += 1;
             if st.blocked_since_ns == 0 {
                 st.blocked_since_ns = now;

@@ -1,27 +1,38 @@
-//! `cargo xtask bench [-- ARGS]`: set up, then
-//! `cargo bench -p hystall --bench probe_overhead` (probe overhead: sends and
-//! syscalls per second with the eBPF probes attached vs detached).
+//! `cargo xtask bench [-- ARGS]`: set up, then run every benchmark in one
+//! `cargo bench -p hystall --bench probe_overhead --bench tc_overhead`:
+//! - `probe_overhead`: sends and syscalls per second with the eBPF probes
+//!   attached vs detached;
+//! - `tc_overhead`: loopback UDP packets per second with the QUIC TC classifier
+//!   attached vs detached.
 //!
-//! The benchmark loads eBPF programs, so it must run as root. When we are not
+//! The benchmarks load eBPF programs, so they must run as root. When we are not
 //! root, cargo still builds as us (the target folder stays ours) and only the
-//! benchmark binary runs through `sudo -E`, set as cargo's runner for the host.
-//! `HYSTALL_BENCH_SECS` (seconds per round) is passed through.
+//! benchmark binaries run through `sudo -E`, set as cargo's runner for the host.
+//! `HYSTALL_BENCH_SECS` (seconds per round) is passed through; ARGS are added to
+//! the `cargo bench` command line (and those after its own `--` go to each benchmark).
 
 use anyhow::Context as _;
 
 use crate::{setup, sh};
 
+/// The benchmarks of the `hystall` package, run in this order.
+const BENCHES: [&str; 2] = ["probe_overhead", "tc_overhead"];
+
 pub fn bench(args: &[String]) -> anyhow::Result<()> {
     setup::setup(setup::Verbosity::Quiet)?;
     let mut cmd = sh::cargo();
-    cmd.args(["bench", "-p", "hystall", "--bench", "probe_overhead"]).args(args);
+    cmd.args(["bench", "-p", "hystall"]);
+    for bench in BENCHES {
+        cmd.args(["--bench", bench]);
+    }
+    cmd.args(args);
     if !sh::is_root() {
         if sh::which("sudo").is_some() {
             let host = host_triple()?;
             let var = format!("CARGO_TARGET_{}_RUNNER", host.to_uppercase().replace(['-', '.'], "_"));
             cmd.env(var, "sudo -E");
         } else {
-            println!("bench: not root and no sudo: the benchmark will skip itself (it needs root)");
+            println!("bench: not root and no sudo: the benchmarks will skip themselves (they need root)");
         }
     }
     sh::run(&mut cmd)

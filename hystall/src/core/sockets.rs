@@ -18,6 +18,7 @@ const WATCH_AFTER: Duration = Duration::from_millis(300);
 pub struct Socket {
     pub k: SockSample,
     pub diag: Option<DiagSample>,
+    pub diag_at: Option<Mono>,
     /// When sock_diag last saw bytes_acked grow (progress the tracepoint may
     /// have missed, e.g. before we attached).
     pub diag_progress: Option<Mono>,
@@ -35,10 +36,19 @@ pub struct Socket {
 
 impl Socket {
     pub fn progress(&self) -> SendProgress {
-        let blocked_since = match (self.k.blocked_since, self.inflight_since) {
+        let mut blocked_since = match (self.k.blocked_since, self.inflight_since) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        // A writer cannot be blocked on an empty send queue: the data it was
+        // waiting to queue has all been sent and acknowledged since.
+        if let (Some(b), Some(d), Some(at)) = (blocked_since, &self.diag, self.diag_at)
+            && at > b
+            && d.send_q == 0
+            && self.inflight_since.is_none()
+        {
+            blocked_since = None;
+        }
         let last_progress = [self.k.last_send, self.k.last_ack, self.diag_progress].into_iter().flatten().max();
         SendProgress { blocked_since, last_progress }
     }
@@ -143,6 +153,7 @@ impl SocketTable {
             s.k.remote = d.remote;
         }
         s.diag = Some(d);
+        s.diag_at = Some(at);
         s.last_update = at;
     }
 
@@ -355,12 +366,26 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_send_queue_means_not_blocked() {
+        // A socket taken as blocked (queued bytes when we attached) whose queue
+        // then drained: its writer is idle, not stuck.
+        let mut t = table(2.0);
+        t.apply(blocked(1, 0.0));
+        t.apply(Observation::Diag {
+            at: s(0.5),
+            sample: DiagSample { cookie: 1, send_q: 0, notsent: 0, ..Default::default() },
+        });
+        assert!(run(&mut t, 0.6, 10.0).is_empty());
+        assert_eq!(t.get(1).unwrap().verdict, Verdict::Ok);
+    }
+
+    #[test]
     fn diag_bytes_acked_growth_counts_as_progress() {
         let mut t = table(3.0);
         t.apply(blocked(1, 0.0));
         let d = |at: f64, acked: u64| Observation::Diag {
             at: s(at),
-            sample: DiagSample { cookie: 1, bytes_acked: acked, notsent: 1000, ..Default::default() },
+            sample: DiagSample { cookie: 1, bytes_acked: acked, notsent: 1000, send_q: 1000, ..Default::default() },
         };
         t.apply(d(1.0, 100));
         t.apply(d(2.5, 200));

@@ -128,7 +128,15 @@ async fn lab(
             .with_context(|| format!("connecting a writer to the {name} target at {remote}"))?;
         let local = stream.local_addr().context("reading a writer's local address")?;
         infos.push(WriterInfo { behaviour, blocking, local, remote });
-        streams.push(stream);
+        // Blocking writers are blocking sockets from the start, as in a
+        // thread-per-connection server: a watcher sees them so at once.
+        streams.push(if blocking {
+            let stream = stream.into_std().context("taking a writer socket out of tokio")?;
+            stream.set_nonblocking(false).context("making a writer socket blocking")?;
+            Writer::Blocking(stream)
+        } else {
+            Writer::NonBlocking(stream)
+        });
     }
 
     let ready = Ready {
@@ -149,20 +157,21 @@ async fn lab(
 
     let chunk: Arc<[u8]> = vec![0u8; chunk].into();
     let mut counters = Vec::with_capacity(streams.len());
-    for (stream, info) in streams.into_iter().zip(&infos) {
+    for stream in streams {
         let written = Arc::new(AtomicU64::new(0));
         counters.push(written.clone());
-        if info.blocking {
-            let stream = stream.into_std().context("taking a writer socket out of tokio")?;
-            stream.set_nonblocking(false).context("making a writer socket blocking")?;
-            let chunk = chunk.clone();
-            // Detached: the thread may stay parked in write() until the process exits.
-            std::thread::Builder::new()
-                .name("lab-writer".into())
-                .spawn(move || log_end("blocking", write_blocking(stream, &chunk, &written)))
-                .context("starting a blocking writer thread")?;
-        } else {
-            tokio::spawn(write_nonblocking(stream, chunk.clone(), written));
+        match stream {
+            Writer::Blocking(stream) => {
+                let chunk = chunk.clone();
+                // Detached: the thread may stay parked in write() until the process exits.
+                std::thread::Builder::new()
+                    .name("lab-writer".into())
+                    .spawn(move || log_end("blocking", write_blocking(stream, &chunk, &written)))
+                    .context("starting a blocking writer thread")?;
+            }
+            Writer::NonBlocking(stream) => {
+                tokio::spawn(write_nonblocking(stream, chunk.clone(), written));
+            }
         }
     }
 
@@ -201,6 +210,12 @@ async fn sleep_for(duration: Option<Duration>) {
 /// `write_all(chunk)` forever, counting what each send takes. An error (EPIPE or
 /// ECONNRESET once an upclose target has gone) ends it and drops the socket, like
 /// a proxy's io.Copy returning.
+/// A connected writer socket, in the mode its writer will use.
+enum Writer {
+    NonBlocking(TcpStream),
+    Blocking(std::net::TcpStream),
+}
+
 async fn write_nonblocking(mut stream: TcpStream, chunk: Arc<[u8]>, written: Arc<AtomicU64>) {
     let mut off = 0;
     let result = loop {

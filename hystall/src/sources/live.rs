@@ -26,6 +26,9 @@ use crate::core::time::Mono;
 const INFLIGHT_AFTER: Duration = Duration::from_millis(300);
 /// How often the process selection is re-read (new processes of a --comm).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
+/// How often, until the syscall probes are attached, the watched processes are
+/// checked for blocking TCP sockets.
+const BLOCKING_CHECK_EVERY: Duration = Duration::from_secs(2);
 /// How often the flow map is read (it can hold tens of thousands of flows).
 const FLOWS_EVERY: Duration = Duration::from_millis(500);
 
@@ -55,6 +58,9 @@ pub struct Live {
     last_dump: Mono,
     /// Cookies already seeded (never twice).
     seeded: HashSet<u64>,
+    last_blocking_check: Mono,
+    /// Observations made outside `poll` (start-up), handed out by the next poll.
+    pending: Vec<Observation>,
     procs: procs::ProcCache,
 }
 
@@ -83,10 +89,32 @@ impl Live {
             inodes: HashMap::new(),
             last_dump: Mono::ZERO,
             seeded: HashSet::new(),
+            last_blocking_check: Mono::ZERO,
+            pending: Vec::new(),
             procs: Default::default(),
         };
         live.refresh_ports()?;
+        live.syscalls_on_demand(now);
         Ok(live)
+    }
+
+    /// Attaches the syscall probes once a watched process has a blocking TCP
+    /// socket (checked every few seconds until then), and looks again for
+    /// sockets that got stuck while they were detached.
+    fn syscalls_on_demand(&mut self, now: Mono) {
+        if self.probes.syscalls_attached()
+            || now.since(self.last_blocking_check) < BLOCKING_CHECK_EVERY && self.last_blocking_check != Mono::ZERO
+        {
+            return;
+        }
+        self.last_blocking_check = now;
+        let needed = !self.mode.filters() || self.diag.as_mut().is_some_and(|d| seed::has_blocking_tcp(d, &self.pids));
+        if needed && self.probes.attach_syscalls().is_ok() && self.probes.syscalls_attached() {
+            self.seeded.clear();
+            let mut out = Vec::new();
+            self.seed(now, &mut out);
+            self.pending.extend(out);
+        }
     }
 
     /// Recomputes the server ports (explicit + discovered); attaches the QUIC
@@ -134,6 +162,9 @@ impl Live {
             if !self.seeded.insert(cookie) || self.probes.track(cookie, &stuck.stats).is_err() {
                 continue;
             }
+            // Already tracked (it sent while we watched) but never refused a
+            // send: a blocking writer parked before the syscall probes attached.
+            let _ = self.probes.mark_blocked(cookie, now.0);
             let sample =
                 self.probes.sock(cookie).map_or_else(|| to_sample(cookie, &stuck.stats), |st| to_sample(cookie, &st));
             out.push(Observation::Sock { at: now, change: SockChange::Poll, sample });
@@ -204,6 +235,8 @@ impl Live {
         wanted: &[(u64, Option<SocketAddr>, Option<SocketAddr>)],
         out: &mut Vec<Observation>,
     ) {
+        out.append(&mut self.pending);
+        self.syscalls_on_demand(now);
         if now.since(self.last_scan) >= RESCAN_EVERY && self.mode.filters() {
             self.last_scan = now;
             self.procs.expire(now);

@@ -148,6 +148,15 @@ pub fn listen_ports_of(pid: u32, listeners: &std::collections::HashMap<u32, u16>
         .collect()
 }
 
+/// Whether `/proc/PID/fdinfo/FD` shows O_NONBLOCK (unknown counts as yes).
+pub fn fd_nonblocking(pid: u32, fd: u64) -> bool {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else { return true };
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        .is_none_or(|flags| flags & libc::O_NONBLOCK as u32 != 0)
+}
+
 /// Turns a kernel `comm` buffer into a string.
 pub fn comm_str(raw: &[u8]) -> String {
     let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());

@@ -88,6 +88,24 @@ fn owners(pids: Option<&HashSet<u32>>, wanted: &HashSet<u32>) -> HashMap<u32, Ve
     out
 }
 
+/// Whether one of `pids` holds a TCP socket in blocking mode (no O_NONBLOCK in
+/// /proc/PID/fdinfo): only such a writer can park inside a send syscall. Go,
+/// tokio and most proxies use non-blocking sockets only.
+pub fn has_blocking_tcp(diag: &mut SockDiag, pids: &HashSet<u32>) -> bool {
+    let Ok(tcp) = diag.dump_tcp(StateFlags::all()) else { return false };
+    let inodes: HashSet<u32> = tcp.iter().filter(|d| d.state != 10).map(|d| d.inode).filter(|&i| i != 0).collect();
+    for &pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        for fd in fds.flatten() {
+            let Some(n) = fd.file_name().to_str().and_then(|s| s.parse::<u64>().ok()) else { continue };
+            if procs::fd_socket_inode(pid, n).is_some_and(|i| inodes.contains(&i)) && !procs::fd_nonblocking(pid, n) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 /// Listening sockets: inode → port.
 pub fn listening_ports(diag: &mut SockDiag) -> HashMap<u32, u16> {
     diag.dump_tcp(StateFlags::LISTEN)

@@ -431,7 +431,7 @@ fn text(ev: &LabEvent) -> String {
     match ev {
         LabEvent::LabReady(r) => format!(
             "QUIC lab (pid {}): proxy on udp {} (stream window {} MiB, connection window {} MiB), client {}\n\
-             {} upload(s) into a {} target at {}; a new stream to the echo service at {} and a datagram \
+             {} upload(s) into the {} target at {}; a new stream to the echo service at {} and a datagram \
              every {} s (timeout {} s)",
             r.pid,
             r.server,

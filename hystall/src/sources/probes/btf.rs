@@ -35,6 +35,8 @@ pub fn sock_offsets_from(btf: &Btf) -> Result<SockOffsets, ProbeError> {
         regs_arg0: regs_offset(btf, 0)?,
         regs_arg2: regs_offset(btf, 2)?,
         regs_nr: regs_nr_offset(btf)?,
+        sk_wmem_queued: member_offset(btf, "sock", "sk_wmem_queued")?,
+        sk_sndbuf: member_offset(btf, "sock", "sk_sndbuf")?,
     })
 }
 

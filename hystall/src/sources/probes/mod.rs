@@ -78,6 +78,13 @@ const SPECS: &[Spec] = &[
     Spec { prog: "sys_exit", kind: Kind::Raw("sys_exit"), why: "blocking writers parked in send syscalls" },
 ];
 
+/// Programs attached only when needed: raw_syscalls puts every task of the
+/// machine on the slow syscall path (about +180 ns per syscall here, see
+/// docs/PERFORMANCE.md), and only blocking writers need it.
+const ON_DEMAND: &[&str] = &["sys_enter", "sys_exit"];
+const ON_DEMAND_NOTE: &str =
+    "not attached: the watched processes have no blocking TCP sockets (attached when one appears)";
+
 pub struct Probes {
     // Field order is drop order: programs detach before added qdiscs go.
     ebpf: Ebpf,
@@ -114,6 +121,10 @@ impl Probes {
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Btf(e.to_string()))?;
         let mut status = Vec::new();
         for spec in SPECS {
+            if ON_DEMAND.contains(&spec.prog) {
+                status.push(ProbeStatus { name: spec.prog.into(), attached: false, note: Some(ON_DEMAND_NOTE.into()) });
+                continue;
+            }
             let res = attach(&mut ebpf, spec, &btf);
             if let Err(e) = &res
                 && is_eperm(e)
@@ -220,6 +231,45 @@ impl Probes {
         }
         for p in pids {
             m.insert(p, 1, 0).map_err(|e| ProbeError::Map("PIDS", e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Attaches the on-demand syscall probes (blocking writers). Idempotent.
+    pub fn attach_syscalls(&mut self) -> Result<(), ProbeError> {
+        let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Btf(e.to_string()))?;
+        for spec in SPECS.iter().filter(|s| ON_DEMAND.contains(&s.prog)) {
+            let Some(st) = self.status.iter_mut().find(|s| s.name == spec.prog) else { continue };
+            if st.attached {
+                continue;
+            }
+            match attach(&mut self.ebpf, spec, &btf) {
+                Ok(()) => {
+                    st.attached = true;
+                    st.note = None;
+                }
+                Err(e) => st.note = Some(format!("{e}; without it hystall loses: {}", spec.why)),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn syscalls_attached(&self) -> bool {
+        self.status.iter().filter(|s| ON_DEMAND.contains(&s.name.as_str())).all(|s| s.attached)
+    }
+
+    /// Marks a tracked socket as blocked since `now` unless it already is (a
+    /// writer found stuck by user space: queued bytes and no recorded block).
+    pub fn mark_blocked(&mut self, cookie: u64, now_ns: u64) -> Result<(), ProbeError> {
+        let map = self.ebpf.map_mut("SOCKS").ok_or_else(|| ProbeError::Map("SOCKS", "missing".into()))?;
+        let mut m: BpfHashMap<_, u64, SockStats> =
+            BpfHashMap::try_from(map).map_err(|e| ProbeError::Map("SOCKS", e.to_string()))?;
+        if let Ok(mut st) = m.get(&cookie, 0)
+            && st.blocked_since_ns == 0
+        {
+            st.blocked_since_ns = now_ns;
+            const BPF_EXIST: u64 = 2;
+            let _ = m.insert(cookie, st, BPF_EXIST);
         }
         Ok(())
     }
