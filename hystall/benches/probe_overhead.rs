@@ -15,10 +15,15 @@
 //! Modes:
 //! - `detached`: no probes;
 //! - `monitored`: `filter_pids: true`, this process's pid in the set: every hook
-//!   does its full work on our sends;
+//!   does its full work on our sends. The syscall probes stay detached, as
+//!   `watch` leaves them while the watched processes have no blocking TCP socket
+//!   (Go, tokio and most proxies);
+//! - `monitored+sys`: the same with the syscall probes (`raw_syscalls`)
+//!   attached, as for a process with blocking sockets;
 //! - `other`: `filter_pids: true`, only pid 1 in the set: how the machine's other
-//!   processes pay (hooks run and filter out early);
-//! - `all`: `filter_pids: false`: every process is watched.
+//!   processes pay (hooks run and filter out early), syscall probes detached;
+//! - `all`: `filter_pids: false`: every process is watched, syscall probes
+//!   attached (as `watch` does without a selection).
 //!
 //! Rounds go through the modes in turn (ABCD DCBA ...: a linear drift of the
 //! machine weighs on every mode alike); the medians per mode and their ratio to
@@ -47,17 +52,19 @@ const OTHER_PID: u32 = 1;
 enum Mode {
     Detached,
     Monitored,
+    MonitoredSys,
     Other,
     All,
 }
 
-const MODES: [Mode; 4] = [Mode::Detached, Mode::Monitored, Mode::Other, Mode::All];
+const MODES: [Mode; 5] = [Mode::Detached, Mode::Monitored, Mode::MonitoredSys, Mode::Other, Mode::All];
 
 impl Mode {
     fn name(self) -> &'static str {
         match self {
             Mode::Detached => "detached",
             Mode::Monitored => "monitored",
+            Mode::MonitoredSys => "monitored+sys",
             Mode::Other => "other",
             Mode::All => "all",
         }
@@ -67,7 +74,7 @@ impl Mode {
     fn attach(self) -> Result<Option<Probes>, String> {
         let (filter_pids, pid) = match self {
             Mode::Detached => return Ok(None),
-            Mode::Monitored => (true, Some(std::process::id())),
+            Mode::Monitored | Mode::MonitoredSys => (true, Some(std::process::id())),
             Mode::Other => (true, Some(OTHER_PID)),
             Mode::All => (false, None),
         };
@@ -75,12 +82,15 @@ impl Mode {
         if let Some(pid) = pid {
             probes.set_pids(&HashSet::from([pid])).map_err(|e| e.to_string())?;
         }
+        if matches!(self, Mode::MonitoredSys | Mode::All) {
+            probes.attach_syscalls().map_err(|e| e.to_string())?;
+        }
         Ok(Some(probes))
     }
 
     /// Whether the probes should track this process's socket in this mode.
     fn tracks_us(self) -> bool {
-        matches!(self, Mode::Monitored | Mode::All)
+        matches!(self, Mode::Monitored | Mode::MonitoredSys | Mode::All)
     }
 }
 
@@ -133,7 +143,7 @@ fn main() {
     let round_time = Duration::from_secs_f64(secs);
 
     // Fail early (and say what did not attach) before spending the time budget.
-    match Mode::Monitored.attach() {
+    match Mode::MonitoredSys.attach() {
         Ok(Some(probes)) => {
             let missing: Vec<String> = probes
                 .status

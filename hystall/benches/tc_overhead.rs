@@ -94,6 +94,9 @@ impl Mode {
         };
         let mut probes = Probes::load(&ProbeConfig { filter_pids: true }).map_err(|e| e.to_string())?;
         probes.set_pids(&HashSet::from([OTHER_PID])).map_err(|e| e.to_string())?;
+        if std::env::var("XNOTC").is_ok() {
+            return Ok(Some(probes));
+        }
         let lo = Iface::by_name("lo").ok_or("no interface lo")?;
         let status = probes.attach_quic(&[lo], &watched).map_err(|e| e.to_string())?;
         if let Some(s) = status.iter().find(|s| !s.attached) {
@@ -210,25 +213,35 @@ impl Run {
 
 fn measure(pair: &Pair, len: usize, time: Duration) -> Run {
     let stop = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
     let (sent, received) = (Counter::default(), Counter::default());
     let drops_before = socket_drops(pair.port).unwrap_or(0);
 
     let (window, sent_total, received_total, send_errors) = thread::scope(|s| {
         let receiver = s.spawn(|| {
+            if std::env::var("XPIN").is_ok() {
+                pin_to(1);
+            }
+            let poll = std::env::var("XPOLL").is_ok();
+            pair.rx.set_nonblocking(poll).unwrap();
             let mut buf = vec![0u8; 2048];
             let mut n = 0u64;
+            let mut idle: Option<Instant> = None;
             loop {
                 match pair.rx.recv(&mut buf) {
                     Ok(got) => {
                         assert_eq!(got, len, "datagram length");
                         n += 1;
                         received.0.store(n, Relaxed);
+                        idle = None;
                     }
-                    // Idle for DRAIN_IDLE: done once the sender has stopped.
                     Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                        if stop.load(Relaxed) {
-                            return n;
+                        if done.load(Relaxed) {
+                            if idle.get_or_insert_with(Instant::now).elapsed() >= DRAIN_IDLE {
+                                return n;
+                            }
                         }
+                        std::hint::spin_loop();
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => panic!("receiver: {e}"),
@@ -236,6 +249,9 @@ fn measure(pair: &Pair, len: usize, time: Duration) -> Run {
             }
         });
         let sender = s.spawn(|| {
+            if std::env::var("XPIN").is_ok() {
+                pin_to(0);
+            }
             let msg = vec![0x5au8; len];
             let (mut n, mut errors) = (0u64, 0u64);
             while !stop.load(Relaxed) {
@@ -262,6 +278,7 @@ fn measure(pair: &Pair, len: usize, time: Duration) -> Run {
         let (s1, r1, t1) = (sent.0.load(Relaxed), received.0.load(Relaxed), Instant::now());
         stop.store(true, Relaxed);
         let (sent_total, send_errors) = sender.join().expect("sender thread");
+        done.store(true, Relaxed);
         let received_total = receiver.join().expect("receiver thread");
         ((s1 - s0, r1 - r0, t1 - t0), sent_total, received_total, send_errors)
     });
@@ -275,6 +292,14 @@ fn measure(pair: &Pair, len: usize, time: Duration) -> Run {
         received: received_total,
         sock_drops: socket_drops(pair.port).unwrap_or(0).saturating_sub(drops_before),
         send_errors,
+    }
+}
+
+fn pin_to(cpu: usize) {
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
     }
 }
 

@@ -124,7 +124,7 @@ fn a_quinn_connection_is_one_connection_with_matching_counts() {
 
     let counted = rt.block_on(exchange(server, &id)).expect("quinn exchange");
     std::thread::sleep(Duration::from_millis(300));
-    let srv = server_stats.lock().unwrap().clone().expect("server saw the connection close");
+    let srv = (*server_stats.lock().unwrap()).expect("server saw the connection close");
     let events = w.collect_until(Instant::now() + Duration::from_secs(6));
     let opened: Vec<&Value> = events.iter().filter(|e| e["event"] == "quic_conn_opened").collect();
     let closed: Vec<&Value> = events.iter().filter(|e| e["event"] == "quic_conn_closed").collect();

@@ -13,8 +13,17 @@
 //!
 //! With 4 uploads into stall targets the proxy's writes park, the unread upload
 //! bytes fill the 20 MiB connection window, and new streams time out while
-//! datagrams still echo. One upload pins only its own 8 MiB, so probes keep
-//! working; so they do with targets that keep reading (fast, slow) or close.
+//! datagrams still echo, for as long as the lab runs. One upload pins only its
+//! own 8 MiB, so probes keep working; so they do with targets that read
+//! everything (fast) or close (upclose: the proxy stops the stream, which
+//! credits its unread bytes back).
+//!
+//! Slow targets (16 KiB every 100 ms) are in between, and honestly so: 4 uploads
+//! fill the connection window too, and it reopens only as fast as the targets
+//! drain, in steps of 1/8 of the window (quinn sends MAX_DATA once that much has
+//! been read; quic-go waits for 1/4). New streams then wait seconds for a step,
+//! and some probes time out, but the target sockets keep making progress: the
+//! sockets are not stalled, and only stall targets may be flagged or touched.
 //!
 //! The proxy's target sockets are non-blocking tokio sockets owned by this
 //! process (as a Go server's are), so `hystall watch --pid` sees what it would
@@ -269,7 +278,7 @@ pub async fn run_lab_until(
         uploads.clone(),
         probes_tx,
     ));
-    let _abort_prober = AbortOnDrop(prober);
+    let abort_prober = AbortOnDrop(prober);
 
     let target_name = targets::behaviour_name(cfg.target);
     let name_of = |remote: SocketAddr| if remote == echo.addr() { "echo" } else { target_name };
@@ -311,7 +320,7 @@ pub async fn run_lab_until(
         stream_ok,
         datagram_ok,
     }));
-    drop(uploads);
+    drop((abort_prober, uploads)); // stops probing and writing
     client.close().await;
     drop(proxy);
     drop((target, echo));
