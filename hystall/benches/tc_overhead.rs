@@ -36,7 +36,11 @@
 //!
 //! Rounds go through the modes in turn (ABC CBA ...: a linear drift of the
 //! machine weighs on every mode alike); the medians per mode and their ratio to
-//! `detached` are printed. Needs root; prints `skipped: needs root` otherwise.
+//! `detached` are printed. Before each measurement it checks that no one else
+//! has hystall's programs loaded, and warns when someone had: theirs slow every
+//! mode, and their classifier, when ahead of ours on lo, ends the TCX chain
+//! (it returns TC_ACT_OK), so ours may see nothing. Needs root; prints
+//! `skipped: needs root` otherwise.
 //!
 //! `cargo bench -p hystall --bench tc_overhead` (or `cargo xtask bench`). Run
 //! without `--bench` (e.g. by `cargo test --benches`) it does one short round only.
@@ -94,9 +98,6 @@ impl Mode {
         };
         let mut probes = Probes::load(&ProbeConfig { filter_pids: true }).map_err(|e| e.to_string())?;
         probes.set_pids(&HashSet::from([OTHER_PID])).map_err(|e| e.to_string())?;
-        if std::env::var("XNOTC").is_ok() {
-            return Ok(Some(probes));
-        }
         let lo = Iface::by_name("lo").ok_or("no interface lo")?;
         let status = probes.attach_quic(&[lo], &watched).map_err(|e| e.to_string())?;
         if let Some(s) = status.iter().find(|s| !s.attached) {
@@ -213,35 +214,25 @@ impl Run {
 
 fn measure(pair: &Pair, len: usize, time: Duration) -> Run {
     let stop = AtomicBool::new(false);
-    let done = AtomicBool::new(false);
     let (sent, received) = (Counter::default(), Counter::default());
     let drops_before = socket_drops(pair.port).unwrap_or(0);
 
     let (window, sent_total, received_total, send_errors) = thread::scope(|s| {
         let receiver = s.spawn(|| {
-            if std::env::var("XPIN").is_ok() {
-                pin_to(1);
-            }
-            let poll = std::env::var("XPOLL").is_ok();
-            pair.rx.set_nonblocking(poll).unwrap();
             let mut buf = vec![0u8; 2048];
             let mut n = 0u64;
-            let mut idle: Option<Instant> = None;
             loop {
                 match pair.rx.recv(&mut buf) {
                     Ok(got) => {
                         assert_eq!(got, len, "datagram length");
                         n += 1;
                         received.0.store(n, Relaxed);
-                        idle = None;
                     }
+                    // Idle for DRAIN_IDLE: done once the sender has stopped.
                     Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                        if done.load(Relaxed) {
-                            if idle.get_or_insert_with(Instant::now).elapsed() >= DRAIN_IDLE {
-                                return n;
-                            }
+                        if stop.load(Relaxed) {
+                            return n;
                         }
-                        std::hint::spin_loop();
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => panic!("receiver: {e}"),
@@ -249,9 +240,6 @@ fn measure(pair: &Pair, len: usize, time: Duration) -> Run {
             }
         });
         let sender = s.spawn(|| {
-            if std::env::var("XPIN").is_ok() {
-                pin_to(0);
-            }
             let msg = vec![0x5au8; len];
             let (mut n, mut errors) = (0u64, 0u64);
             while !stop.load(Relaxed) {
@@ -278,7 +266,6 @@ fn measure(pair: &Pair, len: usize, time: Duration) -> Run {
         let (s1, r1, t1) = (sent.0.load(Relaxed), received.0.load(Relaxed), Instant::now());
         stop.store(true, Relaxed);
         let (sent_total, send_errors) = sender.join().expect("sender thread");
-        done.store(true, Relaxed);
         let received_total = receiver.join().expect("receiver thread");
         ((s1 - s0, r1 - r0, t1 - t0), sent_total, received_total, send_errors)
     });
@@ -292,14 +279,6 @@ fn measure(pair: &Pair, len: usize, time: Duration) -> Run {
         received: received_total,
         sock_drops: socket_drops(pair.port).unwrap_or(0).saturating_sub(drops_before),
         send_errors,
-    }
-}
-
-fn pin_to(cpu: usize) {
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
     }
 }
 
@@ -439,16 +418,16 @@ fn main() {
     let mut runs = vec![vec![Vec::<Run>::new(); WORKLOADS.len()]; MODES.len()];
     let mut views: Vec<Vec<KernelView>> =
         MODES.iter().map(|_| WORKLOADS.iter().map(|_| KernelView::default()).collect()).collect();
-    // Detached rounds that ran while someone else's hystall probes were loaded.
-    let mut skewed = 0;
+    // Per mode: rounds that ran while someone else's hystall probes were loaded.
+    let mut skewed = vec![0u32; MODES.len()];
     let started = Instant::now();
     for round in 0..rounds {
         let order: Vec<usize> =
             if round % 2 == 0 { (0..MODES.len()).collect() } else { (0..MODES.len()).rev().collect() };
         for m in order {
             let mode = MODES[m];
-            if mode == Mode::Detached && foreign_probes() > 0 {
-                skewed += 1;
+            if others_probes() > 0 {
+                skewed[m] += 1;
             }
             // Fresh sockets (so fresh flows), bound before attaching: their ports
             // are what `in-set` watches.
@@ -461,9 +440,6 @@ fn main() {
                     std::process::exit(1);
                 }
             };
-            if let Ok(ms) = std::env::var("XSETTLE") {
-                thread::sleep(Duration::from_millis(ms.parse().unwrap()));
-            }
             for (w, workload) in WORKLOADS.iter().enumerate() {
                 let run = measure(&pairs[w], workload.len(), round_time);
                 if let Some(p) = &probes {
@@ -495,17 +471,35 @@ fn main() {
     }
 
     report(&runs, &views);
-    if skewed > 0 {
+    if skewed.iter().any(|&n| n > 0) {
+        let per_mode: Vec<String> =
+            MODES.iter().zip(&skewed).map(|(mode, n)| format!("{} {n}/{rounds}", mode.name())).collect();
         println!(
-            "warning: in {skewed}/{rounds} rounds another process had hystall probes loaded while we measured \
-             `detached`: the baseline is slowed too, the ratios understate the overhead"
+            "warning: another process had hystall probes loaded while we measured ({}): they slow every mode, \
+             and a classifier of theirs ahead of ours on lo ends the TCX chain (TC_ACT_OK), so ours may not see \
+             the packets",
+            per_mode.join(", ")
         );
     }
 }
 
-/// Programs with the names of hystall's probes loaded by someone else (another
-/// hystall, a test, a benchmark): they would slow the `detached` baseline.
-fn foreign_probes() -> usize {
+/// Programs with hystall's probe names that someone else (another hystall, a
+/// test, a benchmark) has loaded: they would slow the `detached` baseline. Ours
+/// linger a moment after `Probes` is dropped (the kernel frees a link's program
+/// after an RCU grace period): wait for them to go first.
+fn others_probes() -> usize {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let n = hystall_probes();
+        if n == 0 || Instant::now() >= deadline {
+            return n;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Loaded programs with the names of hystall's probes.
+fn hystall_probes() -> usize {
     const NAMES: [&str; 8] = [
         "quic_ingress",
         "quic_egress",

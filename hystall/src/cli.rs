@@ -50,6 +50,12 @@ pub struct Selection {
     /// Seconds without any packet before a QUIC connection counts as closed.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub quic_idle: f64,
+    /// The server's per-stream receive window, in MiB (Hysteria's default).
+    #[arg(long, value_name = "MIB", default_value_t = 8.0)]
+    pub stream_window: f64,
+    /// The server's per-connection receive window, in MiB (Hysteria's default).
+    #[arg(long, value_name = "MIB", default_value_t = 20.0)]
+    pub conn_window: f64,
 }
 
 /// An inclusive UDP port range (a single port is LO = HI).

@@ -92,8 +92,10 @@ fn a_hysteria2_upload_is_one_connection_with_matching_bytes() {
     assert_eq!(c["dcid"].as_str().map(str::len), Some(8), "{c}");
     let up = c["c2s_bytes"].as_u64().unwrap();
     eprintln!("uploaded {sent} B through Hysteria2; hystall counted {up} B client→server");
-    // QUIC framing adds a few percent to the application bytes.
-    assert!(up as f64 >= sent as f64 && (up as f64) <= sent as f64 * 1.05, "sent {sent}, counted {up}: {c}");
+    // UDP payload bytes: QUIC framing (~3.5 % at full-size packets on an idle
+    // machine) and retransmissions (more on a loaded one) come on top of the
+    // application bytes.
+    assert!(up as f64 >= sent as f64 && (up as f64) <= sent as f64 * 1.07, "sent {sent}, counted {up}: {c}");
 }
 
 #[test]
@@ -123,7 +125,7 @@ fn a_port_hopping_client_stays_one_connection() {
     assert!(c["hops"].as_u64().unwrap() >= 1, "hops seen: {c}");
     assert_eq!(c["grouping"], "dcid", "{c}");
     let up = c["c2s_bytes"].as_u64().unwrap();
-    assert!(up as f64 >= sent as f64 && (up as f64) <= sent as f64 * 1.05, "sent {sent}, counted {up}: {c}");
+    assert!(up as f64 >= sent as f64 && (up as f64) <= sent as f64 * 1.07, "sent {sent}, counted {up}: {c}");
 }
 
 #[test]

@@ -7,6 +7,7 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::WatchArgs;
+use crate::core::detector::{DetectorConfig, Windows};
 use crate::core::event::{Event, Stamped, StartInfo};
 use crate::core::model::Model;
 use crate::core::time::{Mono, WallClock, mono_now};
@@ -57,7 +58,14 @@ pub async fn run(args: WatchArgs) -> Result<()> {
         sel.quic_idle > 0.0 && sel.quic_idle.is_finite(),
         "--quic-idle must be a positive number of seconds"
     );
-    let mut table = Model::new(th, Duration::from_secs_f64(sel.quic_idle));
+    anyhow::ensure!(
+        sel.stream_window > 0.0 && sel.conn_window > 0.0,
+        "--stream-window and --conn-window must be positive (MiB)"
+    );
+    let windows =
+        Windows { stream: (sel.stream_window * 1048576.0) as u64, conn: (sel.conn_window * 1048576.0) as u64 };
+    let detector = DetectorConfig { windows, ..DetectorConfig::default() };
+    let mut table = Model::new(th, Duration::from_secs_f64(sel.quic_idle), detector);
     let mut obs = Vec::new();
     live.seed(mono_now(), &mut obs);
     let mut tick = tokio::time::interval(TICK);

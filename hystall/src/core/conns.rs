@@ -24,6 +24,8 @@ use super::time::Mono;
 const PREFIX_SAMPLES: usize = 6;
 /// Samples needed before a prefix estimate is trusted.
 const PREFIX_MIN: usize = 3;
+/// Rates are averaged over this long.
+const RATE_WINDOW: Duration = Duration::from_secs(5);
 /// A connection whose grouping is still open is reported after this long.
 const OPEN_AFTER: Duration = Duration::from_secs(2);
 
@@ -55,7 +57,8 @@ pub struct Conn {
     pub rate: Rates,
     pub opened_reported: bool,
     pub closed: Option<Mono>,
-    summed_at: Option<Mono>,
+    /// Recent (time, c2s, s2c) sums, for rates over a few seconds.
+    history: std::collections::VecDeque<(Mono, DirCounters, DirCounters)>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -200,7 +203,7 @@ impl ConnTable {
                 rate: Rates::default(),
                 opened_reported: false,
                 closed: None,
-                summed_at: None,
+                history: Default::default(),
             },
         );
         id
@@ -337,13 +340,17 @@ impl ConnTable {
         let mut out = Vec::new();
         for c in self.conns.values_mut() {
             if let Some((c2s, s2c)) = sums.remove(&c.id) {
-                if let Some(prev) = c.summed_at {
-                    let secs = now.since(prev).as_secs_f64();
+                // Rates over the last RATE_WINDOW: ACK-sized traffic is sparse.
+                c.history.push_back((now, c2s, s2c));
+                while c.history.len() > 2 && c.history.front().is_some_and(|(t, _, _)| now.since(*t) > RATE_WINDOW) {
+                    c.history.pop_front();
+                }
+                if let Some((t0, o_c2s, o_s2c)) = c.history.front() {
+                    let secs = now.since(*t0).as_secs_f64();
                     if secs > 0.0 {
-                        c.rate = rates(&c.c2s, &c.s2c, &c2s, &s2c, secs);
+                        c.rate = rates(o_c2s, o_s2c, &c2s, &s2c, secs);
                     }
                 }
-                c.summed_at = Some(now);
                 c.c2s = c2s;
                 c.s2c = s2c;
                 if let Some(t) = c.c2s.last_any().max(c.s2c.last_any()) {

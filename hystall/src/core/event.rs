@@ -32,6 +32,11 @@ pub enum Event {
     QuicConnOpened(ConnInfo),
     /// A QUIC connection went idle (no packet either way for the idle timeout).
     QuicConnClosed(ConnInfo),
+    /// A QUIC connection is alive but starved of client stream data, held by
+    /// stalled targets (emitted again when the confidence rises).
+    QuicStarved(StarvedInfo),
+    /// A starved connection is not any more (`reason` says why).
+    QuicRecovered(StarvedInfo),
 }
 
 impl Event {
@@ -43,6 +48,8 @@ impl Event {
             Event::SocketClosed(_) => "socket_closed",
             Event::QuicConnOpened(_) => "quic_conn_opened",
             Event::QuicConnClosed(_) => "quic_conn_closed",
+            Event::QuicStarved(_) => "quic_starved",
+            Event::QuicRecovered(_) => "quic_recovered",
         }
     }
 }
@@ -123,6 +130,61 @@ pub struct ConnInfo {
     /// Why it closed (`idle`), for `quic_conn_closed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,
+}
+
+/// A starved connection as `quic_starved` / `quic_recovered` describe it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StarvedInfo {
+    pub conn: u64,
+    pub client: Option<String>,
+    pub server: Option<String>,
+    pub dcid: Option<String>,
+    pub obfuscated: bool,
+    /// The server process (owner of the server port), when known.
+    pub pid: Option<u32>,
+    pub comm: String,
+    /// How long client stream data has been stopped (since its last bulk).
+    pub since_ms: u64,
+    /// `suspected`, `likely` or `confirmed` (see docs/DETECTOR.md).
+    pub confidence: &'static str,
+    /// Cookies of the stalled target sockets attributed to this connection.
+    pub stalled: Vec<u64>,
+    pub evidence: StarvedEvidence,
+    /// `quic_recovered` only: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
+}
+
+/// The figures a starvation verdict rests on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StarvedEvidence {
+    /// No full-size client packets (bulk stream data) for this long.
+    pub client_bulk_quiet_ms: u64,
+    /// Client packets per second that are not full-size (ACKs, datagrams, pings).
+    pub client_small_pps: f64,
+    /// Server packets per second.
+    pub server_pps: f64,
+    pub stalled_targets: usize,
+    /// Stalled streams it takes to exhaust the connection window.
+    pub streams_to_exhaust: usize,
+    pub stream_window: u64,
+    pub conn_window: u64,
+    /// Bytes queued unsent in the attributed targets.
+    pub unsent_bytes: u64,
+    pub targets: Vec<StarvedTarget>,
+}
+
+/// One stalled target and how strongly it is tied to the connection.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StarvedTarget {
+    pub cookie: u64,
+    pub local: Option<String>,
+    pub remote: Option<String>,
+    /// Share of the attribution score this connection got (1.0: no other
+    /// connection could have fed the target).
+    pub strength: f64,
+    pub no_progress_ms: u64,
+    pub unsent_bytes: Option<u32>,
 }
 
 /// Kernel TCP state names, as `ss` prints them.

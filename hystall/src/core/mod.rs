@@ -2,6 +2,7 @@
 //! time is an input (`Mono`), so every rule can be tested on synthetic timelines.
 
 pub mod conns;
+pub mod detector;
 pub mod event;
 pub mod flows;
 pub mod model;

@@ -1,7 +1,10 @@
 //! The whole model: target sockets and QUIC connections, fed by observations,
 //! judged on every tick. Sinks only ever see its events and read its tables.
 
+use std::collections::HashMap;
+
 use super::conns::{Conn, ConnChange, ConnTable, Grouping};
+use super::detector::{Detector, DetectorConfig};
 use super::event::{ConnInfo, Event, Stamped};
 use super::observation::Observation;
 use super::sockets::SocketTable;
@@ -11,17 +14,26 @@ use super::verdict::Thresholds;
 pub struct Model {
     pub sockets: SocketTable,
     pub conns: ConnTable,
+    pub detector: Detector,
+    /// UDP server port → owning process.
+    pub owners: HashMap<u16, u32>,
 }
 
 impl Model {
-    pub fn new(th: Thresholds, quic_idle: std::time::Duration) -> Self {
-        Model { sockets: SocketTable::new(th), conns: ConnTable::new(quic_idle) }
+    pub fn new(th: Thresholds, quic_idle: std::time::Duration, detector: DetectorConfig) -> Self {
+        Model {
+            sockets: SocketTable::new(th),
+            conns: ConnTable::new(quic_idle),
+            detector: Detector::new(detector),
+            owners: HashMap::new(),
+        }
     }
 
     pub fn apply(&mut self, obs: Observation) {
         match obs {
             Observation::Header { at, sample } => self.conns.sample(at, &sample),
             Observation::FlowCounts { at, flows } => self.conns.poll(at, flows),
+            Observation::Owners { ports, .. } => self.owners = ports.into_iter().collect(),
             other => self.sockets.apply(other),
         }
     }
@@ -43,6 +55,8 @@ impl Model {
                 });
             }
         }
+        // Before closed connections are swept: a starved one that closes recovers.
+        out.extend(self.detector.tick(now, &self.conns, &self.sockets, &self.owners));
         self.conns.sweep();
         out
     }

@@ -108,6 +108,11 @@ pub enum Observation {
         at: Mono,
         flows: Vec<(super::flows::FlowId, super::flows::FlowCounters)>,
     },
+    /// Which process serves on which UDP port (replaces the previous map).
+    Owners {
+        at: Mono,
+        ports: Vec<(u16, u32)>,
+    },
 }
 
 impl Observation {
@@ -117,7 +122,8 @@ impl Observation {
             | Observation::Diag { at, .. }
             | Observation::Inflight { at, .. }
             | Observation::Header { at, .. }
-            | Observation::FlowCounts { at, .. } => *at,
+            | Observation::FlowCounts { at, .. }
+            | Observation::Owners { at, .. } => *at,
         }
     }
 }

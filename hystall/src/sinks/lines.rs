@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::core::event::{ConnInfo, Event, SCHEMA_VERSION, SocketInfo, Stamped};
+use crate::core::event::{ConnInfo, Event, SCHEMA_VERSION, SocketInfo, Stamped, StarvedInfo};
 use crate::core::time::WallClock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +64,38 @@ fn sock_line(tag: &str, s: &SocketInfo) -> String {
     )
 }
 
+fn starved_line(tag: &str, s: &StarvedInfo) -> String {
+    let e = &s.evidence;
+    let targets: Vec<String> = e
+        .targets
+        .iter()
+        .map(|t| format!("{} ({:.0}%)", t.remote.as_deref().unwrap_or("?"), t.strength * 100.0))
+        .collect();
+    format!(
+        concat!(
+            "{tag:<9} conn {id} {client} -> {server} [{conf}] {owner}: no client stream data for {quiet:.1}s ",
+            "while {small:.0} small pkt/s up and {down:.0} pkt/s down still flow; {k} stalled target(s) hold it ",
+            "(it takes {need} of {sw} MiB to fill {cw} MiB): {targets}, {unsent} unsent{reason}"
+        ),
+        tag = tag,
+        targets = targets.join(", "),
+        id = s.conn,
+        client = s.client.as_deref().unwrap_or("?"),
+        server = s.server.as_deref().unwrap_or("?"),
+        conf = s.confidence,
+        owner = s.pid.map_or_else(|| "owner unknown".to_string(), |p| format!("{}[{p}]", s.comm)),
+        quiet = e.client_bulk_quiet_ms as f64 / 1000.0,
+        small = e.client_small_pps,
+        down = e.server_pps,
+        k = e.stalled_targets,
+        need = e.streams_to_exhaust,
+        sw = e.stream_window >> 20,
+        cw = e.conn_window >> 20,
+        unsent = human_bytes(e.unsent_bytes),
+        reason = s.reason.map(|r| format!("; recovered: {r}")).unwrap_or_default(),
+    )
+}
+
 fn conn_line(tag: &str, c: &ConnInfo) -> String {
     format!(
         "{tag:<9} conn {id} {client} -> {server} dcid {dcid} ({grouping}{hops}) up {up} in {upp} pkts, down {down} in {downp} pkts{reason}",
@@ -111,6 +143,8 @@ fn text(e: &Event) -> String {
         Event::SocketClosed(s) => sock_line("CLOSED", s),
         Event::QuicConnOpened(c) => conn_line("QUIC+", c),
         Event::QuicConnClosed(c) => conn_line("QUIC-", c),
+        Event::QuicStarved(s) => starved_line("STARVED", s),
+        Event::QuicRecovered(s) => starved_line("UNSTARVED", s),
     }
 }
 

@@ -48,6 +48,8 @@ pub struct Live {
     quic: QuicOptions,
     /// Server UDP ports watched now (explicit + discovered).
     pub ports: HashSet<u16>,
+    /// Discovered server ports → the process serving on them.
+    owners: HashMap<u16, u32>,
     last_flows: Mono,
     diag: Option<SockDiag>,
     pub mode: Mode,
@@ -81,6 +83,7 @@ impl Live {
             samples: None,
             quic,
             ports: HashSet::new(),
+            owners: HashMap::new(),
             last_flows: Mono::ZERO,
             diag,
             mode,
@@ -121,10 +124,27 @@ impl Live {
     /// classifier the first time there is a port to watch.
     fn refresh_ports(&mut self) -> Result<(), ProbeError> {
         let mut ports = self.quic.ports.clone();
+        let mut owners = HashMap::new();
         if self.mode.filters()
             && let Some(diag) = self.diag.as_mut()
         {
-            ports.extend(quic::discover_ports(diag, &self.pids));
+            owners = quic::discover_ports(diag, &self.pids);
+            ports.extend(owners.keys());
+        }
+        // Ports named on the command line belong to the one selected process,
+        // when there is exactly one.
+        if self.pids.len() == 1 {
+            let pid = *self.pids.iter().next().expect("one");
+            for p in &self.quic.ports {
+                owners.entry(*p).or_insert(pid);
+            }
+        }
+        if owners != self.owners {
+            self.pending.push(Observation::Owners {
+                at: crate::core::time::mono_now(),
+                ports: owners.iter().map(|(p, o)| (*p, *o)).collect(),
+            });
+            self.owners = owners;
         }
         if ports == self.ports {
             return Ok(());

@@ -27,23 +27,23 @@ pub fn ephemeral_range() -> (u16, u16) {
 /// hysteria2, say) get ephemeral ports; watching them as server ports would
 /// count every packet of those connections backwards. A server on an
 /// ephemeral port must be named with `--port`.
-pub fn discover_ports(diag: &mut SockDiag, pids: &HashSet<u32>) -> HashSet<u16> {
+pub fn discover_ports(diag: &mut SockDiag, pids: &HashSet<u32>) -> HashMap<u16, u32> {
     let (lo, hi) = ephemeral_range();
-    let Ok(udp) = diag.dump_udp() else { return HashSet::new() };
+    let Ok(udp) = diag.dump_udp() else { return HashMap::new() };
     let by_inode: HashMap<u32, u16> = udp
         .into_iter()
         .filter(|d| d.remote.is_none() && d.inode != 0)
         .filter_map(|d| Some((d.inode, d.local?.port())))
         .filter(|(_, port)| !(lo..=hi).contains(port))
         .collect();
-    let mut out = HashSet::new();
+    let mut out = HashMap::new();
     for &pid in pids {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
         for fd in fds.flatten() {
             if let Some(n) = fd.file_name().to_str().and_then(|s| s.parse::<u64>().ok())
                 && let Some(port) = procs::fd_socket_inode(pid, n).and_then(|i| by_inode.get(&i))
             {
-                out.insert(*port);
+                out.insert(*port, pid);
             }
         }
     }

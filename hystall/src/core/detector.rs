@@ -1,0 +1,565 @@
+//! The starvation detector (pure; time is an input): flags the QUIC connection
+//! that is alive but starved of stream data, ties it to the stalled target
+//! sockets that starved it, and grades what the evidence allows
+//! (../shared/DESIGN.md §1–§3).
+//!
+//! From headers alone a starved connection looks like this: packets still flow
+//! both ways (ACKs, pings, DATAGRAM frames are not flow-controlled), but the
+//! client's full-size packets — bulk stream data — have stopped; meanwhile the
+//! server process holds target sockets whose sends made no progress for the
+//! stall timeout. Each such target pins up to one stream window of unread bytes
+//! in the connection's window, so it takes ceil(connection window / stream
+//! window) of them (3 with Hysteria's 8 MiB / 20 MiB) to exhaust it:
+//! - `likely`: at least that many stalled targets attributed to the connection;
+//! - `suspected`: one fewer (one more stalled stream starves it);
+//! - `confirmed`: only where the evidence is exact (the server's own stream
+//!   table, or decrypted frames offline) — never from headers and timing alone.
+//!
+//! Attribution: the server's process ties its targets to its connections only
+//! loosely, so each stalled target is given to the connection that carried
+//! client bulk data when bytes last moved into the target (a stream's bytes
+//! reach its target right after they arrive on the connection). Its share of the
+//! score against the other candidates is reported as the strength.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::conns::{Conn, ConnTable};
+use super::event::{Event, Stamped, StarvedInfo, StarvedTarget};
+use super::flows::Dir;
+use super::model::conn_info;
+use super::sockets::{Socket, SocketTable};
+use super::time::Mono;
+use super::verdict::Verdict;
+
+/// QUIC flow-control windows of the server (options; Hysteria's by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Windows {
+    pub stream: u64,
+    pub conn: u64,
+}
+
+impl Default for Windows {
+    fn default() -> Self {
+        Windows { stream: 8 << 20, conn: 20 << 20 }
+    }
+}
+
+impl Windows {
+    /// Stalled streams it takes to exhaust the connection window.
+    pub fn streams_to_exhaust(&self) -> usize {
+        self.conn.div_ceil(self.stream.max(1)).max(1) as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct DetectorConfig {
+    pub windows: Windows,
+    /// Packets both ways within this window: alive. Long enough for keepalives
+    /// (Hysteria clients ping every 10 s).
+    pub alive_window: Duration,
+    /// Client bulk quiet this long (and stalled targets): a candidate.
+    pub bulk_quiet: Duration,
+    /// A connection whose last bulk is this much older than a target's last
+    /// progress cannot have fed it.
+    pub attribution_slack: Duration,
+}
+
+impl Default for DetectorConfig {
+    fn default() -> Self {
+        DetectorConfig {
+            windows: Windows::default(),
+            alive_window: Duration::from_secs(15),
+            bulk_quiet: Duration::from_secs(2),
+            attribution_slack: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confidence {
+    Suspected,
+    Likely,
+    Confirmed,
+}
+
+impl Confidence {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confidence::Suspected => "suspected",
+            Confidence::Likely => "likely",
+            Confidence::Confirmed => "confirmed",
+        }
+    }
+}
+
+/// A connection judged starved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Starved {
+    pub conn: u64,
+    /// When client stream data stopped (the connection's last client bulk).
+    pub since: Mono,
+    pub confidence: Confidence,
+    /// Attributed stalled targets: (cookie, strength 0..=1).
+    pub targets: Vec<(u64, f64)>,
+    pub pid: Option<u32>,
+}
+
+#[derive(Default)]
+pub struct Detector {
+    pub cfg: DetectorConfig,
+    starved: HashMap<u64, Starved>,
+}
+
+impl Detector {
+    pub fn new(cfg: DetectorConfig) -> Self {
+        Detector { cfg, starved: HashMap::new() }
+    }
+
+    /// Connections judged starved now.
+    pub fn starved(&self) -> impl Iterator<Item = &Starved> {
+        self.starved.values()
+    }
+
+    pub fn get(&self, conn: u64) -> Option<&Starved> {
+        self.starved.get(&conn)
+    }
+
+    /// Re-judges every connection at `now`; returns `quic_starved` (on entry
+    /// and when the confidence rises) and `quic_recovered` events.
+    pub fn tick(
+        &mut self,
+        now: Mono,
+        conns: &ConnTable,
+        socks: &SocketTable,
+        owners: &HashMap<u16, u32>,
+    ) -> Vec<Stamped> {
+        let cfg = self.cfg;
+        let stalled: Vec<&Socket> =
+            socks.iter().filter(|s| s.closed.is_none() && s.verdict == Verdict::Stalled && s.k.outbound).collect();
+        let owner_of = |c: &Conn| -> Option<u32> {
+            c.server_ports().iter().find_map(|p| owners.get(p).copied()).or_else(|| {
+                // One process serves here: it owns the connection.
+                let pids: BTreeSet<u32> = owners.values().copied().collect();
+                (pids.len() == 1).then(|| *pids.iter().next().expect("one"))
+            })
+        };
+
+        // Attribution: each stalled target to the connection that carried client
+        // bulk when bytes last moved into it.
+        // Connections whose grouping is settled (reported as opened) and alive.
+        let alive: Vec<&Conn> = conns
+            .iter()
+            .filter(|c| c.closed.is_none() && c.opened_reported && c.alive(now, cfg.alive_window))
+            .collect();
+        let mut assigned: HashMap<u64, Vec<(u64, f64)>> = HashMap::new();
+        for s in &stalled {
+            let fed_at = s.k.last_send.or(s.k.first_seen).unwrap_or(Mono::ZERO);
+            let mut blind = false;
+            let mut scores: Vec<(u64, f64)> = alive
+                .iter()
+                .filter(|c| owner_of(c).is_none_or(|p| p == s.k.pid))
+                .filter_map(|c| {
+                    let slack = cfg.attribution_slack.as_nanos() as u64;
+                    let Some(bulk) = c.last_bulk(Dir::C2s) else {
+                        // No client bulk seen since we attached: the target may
+                        // have stalled before. Only an equal, timing-free share.
+                        blind = true;
+                        return (fed_at.0 <= c.first_seen.0 + slack).then_some((c.id, 1.0));
+                    };
+                    if bulk.0 + slack <= fed_at.0 {
+                        return None;
+                    }
+                    let gap = if bulk >= fed_at { bulk.since(fed_at) } else { fed_at.since(bulk) };
+                    Some((c.id, 1.0 / (1.0 + gap.as_secs_f64())))
+                })
+                .collect();
+            let total: f64 = scores.iter().map(|(_, v)| v).sum();
+            scores.sort_by(|a, b| b.1.total_cmp(&a.1));
+            if let Some(&(conn, best)) = scores.first()
+                && total > 0.0
+            {
+                let strength = best / total;
+                // Without timing, a tie is a guess: leave the target unattributed.
+                if !blind || strength > 0.5 {
+                    assigned.entry(conn).or_default().push((s.k.cookie, strength));
+                }
+            }
+        }
+
+        let need = cfg.windows.streams_to_exhaust();
+        let mut out = Vec::new();
+        let mut now_starved: HashMap<u64, Starved> = HashMap::new();
+        for c in &alive {
+            // Never saw client bulk since we attached: it stopped before that.
+            let bulk = c.last_bulk(Dir::C2s).unwrap_or(c.first_seen);
+            let quiet = now.since(bulk) >= cfg.bulk_quiet;
+            let targets = assigned.remove(&c.id).unwrap_or_default();
+            let k = targets.len();
+            let confidence = if k >= need {
+                Confidence::Likely
+            } else if k + 1 >= need && k >= 1 {
+                Confidence::Suspected
+            } else {
+                continue;
+            };
+            let prev = self.starved.get(&c.id);
+            // Hysteresis: a starved connection stays so until client bulk flows
+            // again (the quiet test) or its stalled targets are gone (k above).
+            if !quiet && prev.is_none_or(|p| bulk > p.since) && c.last_bulk(Dir::C2s).is_some() {
+                continue;
+            }
+            let since = prev.map_or(bulk, |p| p.since);
+            now_starved.insert(c.id, Starved { conn: c.id, since, confidence, targets, pid: owner_of(c) });
+        }
+
+        for (id, st) in &now_starved {
+            let rose = self.starved.get(id).is_none_or(|p| st.confidence > p.confidence);
+            if rose && let Some(c) = conns.get(*id) {
+                out.push(Stamped { at: now, event: Event::QuicStarved(info(c, st, socks, now, None, cfg.windows)) });
+            }
+        }
+        for (id, old) in &self.starved {
+            if !now_starved.contains_key(id) {
+                let reason = match conns.get(*id) {
+                    None => "connection closed",
+                    Some(c) if c.closed.is_some() => "connection closed",
+                    Some(c) if c.last_bulk(Dir::C2s).is_some_and(|b| b > old.since) => "client stream data flows again",
+                    Some(_) => "its stalled targets are gone",
+                };
+                if let Some(c) = conns.get(*id) {
+                    out.push(Stamped {
+                        at: now,
+                        event: Event::QuicRecovered(info(c, old, socks, now, Some(reason), cfg.windows)),
+                    });
+                }
+            }
+        }
+        self.starved = now_starved;
+        out.sort_by_key(|e| e.at);
+        out
+    }
+}
+
+fn info(
+    c: &Conn,
+    st: &Starved,
+    socks: &SocketTable,
+    now: Mono,
+    reason: Option<&'static str>,
+    w: Windows,
+) -> StarvedInfo {
+    let base = conn_info(c);
+    let targets: Vec<StarvedTarget> = st
+        .targets
+        .iter()
+        .map(|&(cookie, strength)| {
+            let s = socks.get(cookie);
+            StarvedTarget {
+                cookie,
+                local: s.and_then(|s| s.local()).map(|a| a.to_string()),
+                remote: s.and_then(|s| s.remote()).map(|a| a.to_string()),
+                strength: (strength * 100.0).round() / 100.0,
+                no_progress_ms: s
+                    .and_then(|s| s.progress().no_progress_since())
+                    .map_or(0, |q| now.since(q).as_millis() as u64),
+                unsent_bytes: s.and_then(|s| s.diag.as_ref().map(|d| d.notsent)),
+            }
+        })
+        .collect();
+    let comm = st.targets.iter().find_map(|(c, _)| socks.get(*c)).map(|s| s.k.comm.clone()).unwrap_or_default();
+    let rate = &c.rate;
+    StarvedInfo {
+        conn: c.id,
+        client: base.client,
+        server: base.server,
+        dcid: base.dcid,
+        obfuscated: base.obfuscated,
+        pid: st.pid,
+        comm,
+        since_ms: now.since(st.since).as_millis() as u64,
+        confidence: st.confidence.as_str(),
+        stalled: st.targets.iter().map(|(c, _)| *c).collect(),
+        evidence: super::event::StarvedEvidence {
+            client_bulk_quiet_ms: now.since(c.last_bulk(Dir::C2s).unwrap_or(c.first_seen)).as_millis() as u64,
+            client_small_pps: (rate.c2s_pps[0] + rate.c2s_pps[1]).round(),
+            server_pps: rate.s2c_pps.iter().sum::<f64>().round(),
+            stalled_targets: targets.len(),
+            streams_to_exhaust: w.streams_to_exhaust(),
+            stream_window: w.stream,
+            conn_window: w.conn,
+            unsent_bytes: targets.iter().filter_map(|t| t.unsent_bytes.map(u64::from)).sum(),
+            targets,
+        },
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::flows::{DirCounters, FlowCounters, FlowId, HeaderSample};
+    use crate::core::observation::{Observation, SockChange, SockSample};
+    use crate::core::verdict::Thresholds;
+
+    fn s(secs: f64) -> Mono {
+        Mono::from_secs_f64(secs)
+    }
+
+    const PID: u32 = 42;
+    const SERVER_PORT: u16 = 443;
+
+    /// A synthetic node: one server process, its connections and targets.
+    struct Node {
+        conns: ConnTable,
+        socks: SocketTable,
+        det: Detector,
+        owners: HashMap<u16, u32>,
+        /// Per client: cumulative counters (c2s full, c2s small, s2c small).
+        flows: HashMap<u16, (u64, u64, u64, Option<Mono>, Mono)>,
+    }
+
+    impl Node {
+        fn new() -> Node {
+            let th = Thresholds { stall_timeout: Duration::from_secs(10), slow_after: Duration::from_secs(1) };
+            Node {
+                conns: ConnTable::new(Duration::from_secs(30)),
+                socks: SocketTable::new(th),
+                det: Detector::default(),
+                owners: HashMap::from([(SERVER_PORT, PID)]),
+                flows: HashMap::new(),
+            }
+        }
+
+        fn flow(client_port: u16) -> FlowId {
+            FlowId {
+                client: format!("10.0.0.{}:{client_port}", client_port % 200).parse().unwrap(),
+                server: format!("10.0.0.1:{SERVER_PORT}").parse().unwrap(),
+            }
+        }
+
+        /// A client connects (its server Handshake teaches the DCID).
+        fn connect(&mut self, client: u16, at: f64) {
+            let dcid = [client as u8, 1, 2, 3];
+            let mut long = vec![0xe0, 0, 0, 0, 1, 0, 4];
+            long.extend_from_slice(&dcid);
+            long.extend_from_slice(&[0x40, 0x20]);
+            let f = Node::flow(client);
+            self.conns.sample(s(at), &HeaderSample { flow: f, dir: Dir::S2c, payload_len: 60, segs: 1, bytes: long });
+            self.flows.insert(client, (0, 0, 0, None, s(at)));
+        }
+
+        /// One second of traffic for `client`: bulk up or not; small packets both ways.
+        fn second(&mut self, client: u16, at: f64, bulk: bool) {
+            let e = self.flows.get_mut(&client).unwrap();
+            if bulk {
+                e.0 += 8000;
+                e.3 = Some(s(at));
+            }
+            e.1 += 5;
+            e.2 += 5;
+            let (full, small, down, last_full, first) = *e;
+            let c2s = DirCounters {
+                packets: [small, 0, full],
+                bytes: [small * 50, 0, full * 1200],
+                last: [Some(s(at)), None, last_full],
+                first: Some(first),
+            };
+            let s2c = DirCounters {
+                packets: [down, 0, 0],
+                bytes: [down * 50, 0, 0],
+                last: [Some(s(at)), None, None],
+                first: Some(first),
+            };
+            self.conns.counters(s(at), Node::flow(client), FlowCounters { c2s, s2c });
+        }
+
+        /// A target socket of the server that got bytes until `fed_until`, then
+        /// blocked for good (a never-reading target).
+        fn stall_target(&mut self, cookie: u64, fed_until: f64) {
+            let k = SockSample {
+                cookie,
+                pid: PID,
+                comm: "sing-box".into(),
+                local: Some(format!("10.0.0.1:{}", 40000 + cookie).parse().unwrap()),
+                remote: Some("93.184.216.34:443".parse().unwrap()),
+                outbound: true,
+                state: 1,
+                last_send: Some(s(fed_until)),
+                blocked_since: Some(s(fed_until)),
+                first_seen: Some(s(0.0)),
+                ..Default::default()
+            };
+            self.socks.apply(Observation::Sock { at: s(fed_until), change: SockChange::Blocked, sample: k });
+        }
+
+        fn tick(&mut self, at: f64) -> Vec<Stamped> {
+            let mut out = self.socks.tick(s(at));
+            self.conns.tick(s(at));
+            out.extend(self.det.tick(s(at), &self.conns, &self.socks, &self.owners));
+            out.into_iter().filter(|e| matches!(e.event, Event::QuicStarved(_) | Event::QuicRecovered(_))).collect()
+        }
+    }
+
+    fn starved(events: &[Stamped]) -> Vec<(u64, &'static str, usize)> {
+        events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::QuicStarved(i) => Some((i.conn, i.confidence, i.stalled.len())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn three_stalled_streams_starve_the_connection_that_fed_them() {
+        let mut n = Node::new();
+        n.connect(1000, 0.0);
+        let mut events = Vec::new();
+        for t in 1..=5 {
+            n.second(1000, t as f64, true);
+            events.extend(n.tick(t as f64));
+        }
+        for (cookie, fed) in [(1, 3.0), (2, 4.0), (3, 5.0)] {
+            n.stall_target(cookie, fed);
+        }
+        for t in 6..=16 {
+            n.second(1000, t as f64, false);
+            events.extend(n.tick(t as f64));
+        }
+        // The targets reach the stall timeout one after the other.
+        assert_eq!(starved(&events), vec![(1, "suspected", 2), (1, "likely", 3)]);
+        let st = n.det.get(1).unwrap();
+        assert_eq!(st.since, s(5.0), "client bulk stopped at 5 s");
+        assert!(st.targets.iter().all(|(_, strength)| *strength == 1.0));
+    }
+
+    #[test]
+    fn one_stalled_stream_stalls_its_target_but_does_not_starve_the_connection() {
+        let mut n = Node::new();
+        n.connect(1000, 0.0);
+        for t in 1..=3 {
+            n.second(1000, t as f64, true);
+            n.tick(t as f64);
+        }
+        n.stall_target(1, 3.0);
+        let mut events = Vec::new();
+        for t in 4..=30 {
+            n.second(1000, t as f64, false);
+            events.extend(n.tick(t as f64));
+        }
+        assert!(events.is_empty(), "{:?}", starved(&events));
+        assert_eq!(n.socks.counts()[2], 1, "the target itself is STALLED");
+    }
+
+    #[test]
+    fn two_stalled_streams_are_suspected_and_a_third_makes_it_likely() {
+        let mut n = Node::new();
+        n.connect(1000, 0.0);
+        for t in 1..=4 {
+            n.second(1000, t as f64, true);
+            n.tick(t as f64);
+        }
+        n.stall_target(1, 3.0);
+        n.stall_target(2, 4.0);
+        let mut events = Vec::new();
+        for t in 5..=15 {
+            n.second(1000, t as f64, false);
+            events.extend(n.tick(t as f64));
+        }
+        assert_eq!(starved(&events), vec![(1, "suspected", 2)]);
+        n.stall_target(3, 4.0);
+        let mut more = Vec::new();
+        for t in 16..=20 {
+            n.second(1000, t as f64, false);
+            more.extend(n.tick(t as f64));
+        }
+        assert_eq!(starved(&more), vec![(1, "likely", 3)], "emitted again when the confidence rises");
+    }
+
+    #[test]
+    fn a_starved_connection_recovers_when_its_targets_go_and_bulk_flows() {
+        let mut n = Node::new();
+        n.connect(1000, 0.0);
+        for t in 1..=3 {
+            n.second(1000, t as f64, true);
+            n.tick(t as f64);
+        }
+        for c in 1..=3 {
+            n.stall_target(c, 3.0);
+        }
+        let mut events = Vec::new();
+        for t in 4..=14 {
+            n.second(1000, t as f64, false);
+            events.extend(n.tick(t as f64));
+        }
+        assert_eq!(starved(&events).len(), 1);
+        // --enforce (or the upstream fix) closes the targets; uploads resume.
+        for c in 1..=3 {
+            let mut k = n.socks.get(c).unwrap().k.clone();
+            k.state = 7;
+            n.socks.apply(Observation::Sock { at: s(14.5), change: SockChange::Destroyed, sample: k });
+        }
+        let mut after = Vec::new();
+        for t in 15..=20 {
+            n.second(1000, t as f64, true);
+            after.extend(n.tick(t as f64));
+        }
+        let recovered: Vec<&Stamped> = after.iter().filter(|e| matches!(e.event, Event::QuicRecovered(_))).collect();
+        assert_eq!(recovered.len(), 1, "exactly once, no flapping");
+        assert!(starved(&after).is_empty());
+    }
+
+    #[test]
+    fn with_two_clients_only_the_one_that_fed_the_stalled_targets_is_starved() {
+        let mut n = Node::new();
+        n.connect(1000, 0.0);
+        n.connect(1001, 0.0);
+        // Client 1001 uploaded early and went quiet long before; 1000 uploads
+        // until its targets stall.
+        for t in 1..=10 {
+            n.second(1000, t as f64, true);
+            n.second(1001, t as f64, t <= 2);
+            n.tick(t as f64);
+        }
+        for c in 1..=3 {
+            n.stall_target(c, 9.0 + c as f64 * 0.3);
+        }
+        let mut events = Vec::new();
+        for t in 11..=25 {
+            n.second(1000, t as f64, false);
+            n.second(1001, t as f64, false);
+            events.extend(n.tick(t as f64));
+        }
+        assert_eq!(starved(&events), vec![(1, "likely", 3)]);
+    }
+
+    #[test]
+    fn many_slow_targets_are_not_stalled_so_nothing_is_starved() {
+        let mut n = Node::new();
+        n.connect(1000, 0.0);
+        let mut events = Vec::new();
+        for t in 1..=40 {
+            n.second(1000, t as f64, t % 7 == 0);
+            // Slow readers: blocked writers whose peers keep acknowledging.
+            for c in 1..=5u64 {
+                let k = SockSample {
+                    cookie: c,
+                    pid: PID,
+                    outbound: true,
+                    state: 1,
+                    blocked_since: Some(s(1.0)),
+                    last_ack: Some(s(t as f64)),
+                    ..Default::default()
+                };
+                n.socks.apply(Observation::Sock { at: s(t as f64), change: SockChange::Poll, sample: k });
+            }
+            events.extend(n.tick(t as f64));
+        }
+        assert!(events.is_empty());
+        assert_eq!(n.socks.counts(), [0, 5, 0], "all SLOW, none STALLED");
+    }
+}
