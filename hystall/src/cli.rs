@@ -102,10 +102,27 @@ mod tests {
     }
 }
 
+/// `--lab`: run the built-in QUIC lab beside the monitor and watch it.
+#[derive(Debug, Clone, Args)]
+pub struct LabSide {
+    /// Run the built-in QUIC lab (`hystall lab`) in a child process and watch it:
+    /// the starvation signature on this machine, with one command.
+    #[arg(long)]
+    pub lab: bool,
+    /// With --lab: parallel uploads.
+    #[arg(long, value_name = "N", default_value_t = 4, requires = "lab")]
+    pub lab_uploads: usize,
+    /// With --lab: how the lab's targets behave.
+    #[arg(long, value_enum, value_name = "B", default_value_t = Behaviour::Stall, requires = "lab")]
+    pub lab_target: Behaviour,
+}
+
 #[derive(Debug, Args)]
 pub struct WatchArgs {
     #[command(flatten)]
     pub select: Selection,
+    #[command(flatten)]
+    pub lab: LabSide,
     /// One JSON object per line (schema: docs/EVENTS.md).
     #[arg(long)]
     pub json: bool,

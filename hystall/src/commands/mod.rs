@@ -1,6 +1,7 @@
 //! One module per subcommand: each wires sources → core → sinks.
 
 pub mod doctor;
+pub mod lab_side;
 pub mod watch;
 
 /// Exits with a clear message when not root (or without the capabilities).

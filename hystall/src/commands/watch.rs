@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::lab_side::LabChild;
 use crate::cli::WatchArgs;
 use crate::core::detector::{DetectorConfig, Windows};
 use crate::core::event::{Event, Stamped, StartInfo};
@@ -26,6 +27,14 @@ pub async fn run(args: WatchArgs) -> Result<()> {
         sel.stall_timeout > 0.0 && sel.stall_timeout.is_finite(),
         "--stall-timeout must be a positive number of seconds"
     );
+    // --lab: the lab's process is the one to watch, its QUIC port the server port.
+    let lab = if args.lab.lab { Some(LabChild::start(&args.lab, !args.json)?) } else { None };
+    let mut sel = sel.clone();
+    if let Some(l) = &lab {
+        sel.pids.push(l.pid);
+        sel.ports.push(crate::cli::PortRange { lo: l.server_port, hi: l.server_port });
+    }
+    let sel = &sel;
     let mode = Mode::from_args(&sel.pids, &sel.comms)?;
     let th = Thresholds { stall_timeout: Duration::from_secs_f64(sel.stall_timeout), ..Thresholds::default() };
     // Handlers first: a SIGTERM right after start-up must still end the run
@@ -108,7 +117,9 @@ pub async fn run(args: WatchArgs) -> Result<()> {
             table.apply(o);
         }
     }
-    // `live` drops here: programs detached, maps freed.
+    // `live` drops here: programs detached, maps freed; then the lab is stopped.
+    drop(live);
+    drop(lab);
     Ok(())
 }
 

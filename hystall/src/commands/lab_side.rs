@@ -1,0 +1,74 @@
+//! `--lab`: the built-in QUIC lab in a child process, beside the monitor.
+//!
+//! A child process (not a task in ours) so that the watched pid holds only the
+//! lab's sockets, exactly as a proxy server would. It is killed when the
+//! monitor ends, however it ends (the guard's drop).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, bail};
+
+use crate::cli::LabSide;
+
+pub struct LabChild {
+    child: Child,
+    pub pid: u32,
+    pub server_port: u16,
+}
+
+impl LabChild {
+    /// Starts `hystall lab --json ...` and waits for its ready line. The lab's
+    /// later lines (probe results) go to stderr as they come, when `echo` is set.
+    pub fn start(opts: &LabSide, echo: bool) -> anyhow::Result<LabChild> {
+        let exe = std::env::current_exe().context("finding our own binary for the lab")?;
+        let mut child = Command::new(exe)
+            .args(["lab", "--json", "--uploads", &opts.lab_uploads.to_string(), "--target"])
+            .arg(format!("{:?}", opts.lab_target).to_lowercase())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the lab")?;
+        let out = child.stdout.take().context("lab stdout")?;
+        let mut lines = BufReader::new(out).lines();
+        let ready = loop {
+            match lines.next() {
+                Some(Ok(l)) if l.contains("\"lab_ready\"") => break l,
+                Some(Ok(_)) => continue,
+                _ => {
+                    let _ = child.kill();
+                    bail!("the lab ended before it was ready");
+                }
+            }
+        };
+        let v: serde_json::Value = serde_json::from_str(&ready).context("the lab's ready line")?;
+        let pid = v["pid"].as_u64().context("lab pid")? as u32;
+        let server: std::net::SocketAddr =
+            v["server"].as_str().context("lab server address")?.parse().context("lab server address")?;
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                if echo {
+                    eprintln!("lab: {l}");
+                }
+            }
+        });
+        Ok(LabChild { child, pid, server_port: server.port() })
+    }
+}
+
+impl Drop for LabChild {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid: SIGTERM lets it close cleanly.
+        unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
