@@ -8,9 +8,12 @@
 //! a port-hopping range), server → client at egress (the source port is a
 //! server port; after the reverse NAT). On loopback both directions pass both
 //! hooks, and this rule still counts each exactly once.
+//!
+//! It returns TCX_NEXT (-1, which is TC_ACT_UNSPEC for clsact): "no verdict,
+//! go on", so the programs after it (a firewall, another observer) still run.
+//! TC_ACT_OK would end the chain there.
 
 use aya_ebpf::{
-    bindings::TC_ACT_OK,
     helpers::generated::bpf_skb_load_bytes,
     macros::{classifier, map},
     maps::{HashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
@@ -48,16 +51,19 @@ const SAMPLE_FIRST: u64 = 8;
 const SAMPLE_EVERY_NS: u64 = 1_000_000_000;
 const SAMPLE_LONG_EVERY_NS: u64 = 50_000_000;
 
+/// TCX_NEXT / TC_ACT_UNSPEC: let the next program decide.
+const NEXT: i32 = -1;
+
 #[classifier]
 pub fn quic_ingress(ctx: TcContext) -> i32 {
     let _ = try_flow(&ctx, true);
-    TC_ACT_OK
+    NEXT
 }
 
 #[classifier]
 pub fn quic_egress(ctx: TcContext) -> i32 {
     let _ = try_flow(&ctx, false);
-    TC_ACT_OK
+    NEXT
 }
 
 struct Parsed {
