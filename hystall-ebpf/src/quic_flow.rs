@@ -1,7 +1,7 @@
 //! TC classifier on the server's interfaces: per-flow packet and byte counts of
 //! the QUIC server's UDP traffic, by direction and size class, plus header
 //! samples so user space can learn connection IDs. It never drops or changes a
-//! packet (always TC_ACT_OK).
+//! packet.
 //!
 //! Each packet is counted once, where the server host handles it: client →
 //! server at ingress (the destination port is a server port; before any DNAT of
