@@ -16,7 +16,7 @@
 use aya_ebpf::{
     helpers::generated::bpf_skb_load_bytes,
     macros::{classifier, map},
-    maps::{HashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
     programs::TcContext,
 };
 use hystall_common::{
@@ -26,9 +26,11 @@ use hystall_common::{
 
 use crate::maps::{bump, now_ns};
 
-/// Server UDP ports (host order), including port-hopping ranges.
+/// Server UDP ports (host order), including port-hopping ranges: 1 = watched.
+/// An array indexed by port, not a hash: the verifier inlines array lookups,
+/// and this runs for every UDP packet on the watched interfaces.
 #[map]
-pub static PORTS: HashMap<u16, u8> = HashMap::with_max_entries(MAX_PORTS, 0);
+pub static PORTS: Array<u8> = Array::with_max_entries(MAX_PORTS, 0);
 /// Link-layer header length per ifindex (14 for Ethernet and loopback, 0 for
 /// L3 devices such as WireGuard or tun). Missing = 14.
 #[map]
@@ -81,7 +83,8 @@ fn try_flow(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
         return Err(());
     }
     let ifindex = skb.ifindex;
-    let l2 = unsafe { IFACES.get(&ifindex) }.copied().unwrap_or(14) as usize;
+    // Only two link-layer lengths exist here; a constant keeps offsets bounded.
+    let l2 = if unsafe { IFACES.get(&ifindex) }.copied().unwrap_or(14) == 0 { 0 } else { 14 };
     let Some(p) = parse(ctx, l2, proto == ETH_P_IPV6, ingress) else {
         return Err(());
     };
@@ -124,7 +127,7 @@ fn try_flow(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     }
 
     // Sample the header?
-    let first: u8 = ctx.load(p.payload_off).unwrap_or(0);
+    let first: u8 = rd(ctx, p.payload_off).unwrap_or(0);
     let long = first & 0x80 != 0;
     let since = now.saturating_sub(d.last_sample_ns);
     let want = d.samples < SAMPLE_FIRST || since >= SAMPLE_EVERY_NS || (long && since >= SAMPLE_LONG_EVERY_NS);
@@ -137,16 +140,30 @@ fn try_flow(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
 }
 
 #[inline(always)]
+fn watched(port: u16) -> Option<()> {
+    (PORTS.get(port as u32).copied().unwrap_or(0) != 0).then_some(())
+}
+
+/// Reads a `T` at `off` in the packet (`bpf_skb_load_bytes`). Direct packet
+/// access would save the helper calls, but LLVM's bounds checks on a variable
+/// offset are not ones the verifier accepts (tried: "R1 offset is outside of
+/// the packet"); left for a later optimisation.
+#[inline(always)]
+fn rd<T>(ctx: &TcContext, off: usize) -> Result<T, i64> {
+    ctx.load(off)
+}
+
+#[inline(always)]
 fn parse(ctx: &TcContext, l2: usize, v6: bool, ingress: bool) -> Option<Parsed> {
     let mut key = FlowKey::default();
     let (l4, src_off, dst_off, alen) = if !v6 {
-        let vihl: u8 = ctx.load(l2).ok()?;
+        let vihl: u8 = rd(ctx, l2).ok()?;
         if vihl >> 4 != 4 {
             return None;
         }
         let ihl = ((vihl & 0x0f) as usize) * 4;
-        let frag: u16 = u16::from_be(ctx.load(l2 + 6).ok()?);
-        let proto: u8 = ctx.load(l2 + 9).ok()?;
+        let frag: u16 = u16::from_be(rd(ctx, l2 + 6).ok()?);
+        let proto: u8 = rd(ctx, l2 + 9).ok()?;
         if proto != IPPROTO_UDP {
             return None;
         }
@@ -158,7 +175,7 @@ fn parse(ctx: &TcContext, l2: usize, v6: bool, ingress: bool) -> Option<Parsed> 
         key.family = AF_INET;
         (l2 + ihl, l2 + 12, l2 + 16, 4usize)
     } else {
-        let next: u8 = ctx.load(l2 + 6).ok()?;
+        let next: u8 = rd(ctx, l2 + 6).ok()?;
         if next != IPPROTO_UDP {
             // Extension headers (rare on QUIC paths) are not walked.
             if next == 0 || next == 43 || next == 44 || next == 60 {
@@ -169,29 +186,29 @@ fn parse(ctx: &TcContext, l2: usize, v6: bool, ingress: bool) -> Option<Parsed> 
         key.family = AF_INET6;
         (l2 + 40, l2 + 8, l2 + 24, 16usize)
     };
-    let sport = u16::from_be(ctx.load(l4).ok()?);
-    let dport = u16::from_be(ctx.load(l4 + 2).ok()?);
-    let udp_len = u16::from_be(ctx.load(l4 + 4).ok()?) as u32;
+    let sport = u16::from_be(rd(ctx, l4).ok()?);
+    let dport = u16::from_be(rd(ctx, l4 + 2).ok()?);
+    let udp_len = u16::from_be(rd(ctx, l4 + 4).ok()?) as u32;
 
     let (dir, client_off, server_off) = if ingress {
-        unsafe { PORTS.get(&dport) }?;
+        watched(dport)?;
         key.client_port = sport;
         key.server_port = dport;
         (DIR_C2S, src_off, dst_off)
     } else {
-        unsafe { PORTS.get(&sport) }?;
+        watched(sport)?;
         key.client_port = dport;
         key.server_port = sport;
         (DIR_S2C, dst_off, src_off)
     };
     if alen == 4 {
-        let c: [u8; 4] = ctx.load(client_off).ok()?;
-        let s: [u8; 4] = ctx.load(server_off).ok()?;
+        let c: [u8; 4] = rd(ctx, client_off).ok()?;
+        let s: [u8; 4] = rd(ctx, server_off).ok()?;
         key.client[..4].copy_from_slice(&c);
         key.server[..4].copy_from_slice(&s);
     } else {
-        key.client = ctx.load(client_off).ok()?;
-        key.server = ctx.load(server_off).ok()?;
+        key.client = rd(ctx, client_off).ok()?;
+        key.server = rd(ctx, server_off).ok()?;
     }
     // The UDP length field of a GSO super-packet may describe one segment or
     // the whole; the skb length is what is really there.

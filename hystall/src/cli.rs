@@ -136,6 +136,10 @@ pub struct DoctorArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also run the built-in lab under `watch` (about 15 s) and check that the
+    /// whole signature shows: stalled targets, the QUIC connection, quic_starved.
+    #[arg(long)]
+    pub selftest: bool,
 }
 
 /// `hystall lab` with no subcommand runs the QUIC lab: a quinn proxy with Hysteria's

@@ -166,3 +166,18 @@ fn hysteria2_targets_that_read_or_close_flag_nothing() {
         assert!(bad.is_empty(), "{b:?}: {bad:#?}");
     }
 }
+
+#[test]
+fn doctor_selftest_sees_the_whole_signature() {
+    let Some(_g) = root_or_skip("doctor_selftest_sees_the_whole_signature") else { return };
+    let out =
+        std::process::Command::new(common::bin()).args(["doctor", "--selftest", "--json"]).output().expect("doctor");
+    assert!(out.status.success());
+    let checks: Vec<Value> = serde_json::from_slice(&out.stdout).expect("doctor --json");
+    let selftest: Vec<&Value> =
+        checks.iter().filter(|c| c["name"].as_str().is_some_and(|n| n.starts_with("selftest:"))).collect();
+    assert_eq!(selftest.len(), 3, "{checks:#?}");
+    for c in selftest {
+        assert_eq!(c["status"], "ok", "{c}");
+    }
+}

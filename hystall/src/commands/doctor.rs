@@ -38,7 +38,10 @@ fn check(name: &str, status: Status, detail: impl Into<String>, advice: Option<&
 }
 
 pub fn run(args: DoctorArgs) -> Result<()> {
-    let checks = checks();
+    let mut checks = checks();
+    if args.selftest {
+        checks.extend(selftest());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&checks)?);
     } else {
@@ -119,6 +122,8 @@ pub fn checks() -> Vec<Check> {
     if root {
         match Probes::load(&ProbeConfig { filter_pids: true }) {
             Ok(mut p) => {
+                // `watch` attaches these on demand; the doctor checks they can attach.
+                let _ = p.attach_syscalls();
                 for s in &p.status {
                     out.push(if s.attached {
                         check(&format!("program {}", s.name), Status::Ok, "loaded and attached", None)
@@ -169,6 +174,67 @@ pub fn checks() -> Vec<Check> {
         None,
     ));
     out
+}
+
+/// Runs `hystall watch --lab` (4 uploads into never-reading targets, stall
+/// timeout 3 s) for 12 s and checks each part of the signature in its events.
+fn selftest() -> Vec<Check> {
+    let name = |s: &str| format!("selftest: {s}");
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return vec![check(&name("run"), Status::Missing, e.to_string(), None)],
+    };
+    let out = std::process::Command::new(exe)
+        .args(["watch", "--json", "--lab", "--stall-timeout", "3", "--duration", "12"])
+        .stderr(std::process::Stdio::null())
+        .output();
+    let out = match out {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => {
+            return vec![check(&name("run"), Status::Missing, format!("watch --lab failed: {}", o.status), None)];
+        }
+        Err(e) => return vec![check(&name("run"), Status::Missing, e.to_string(), None)],
+    };
+    let events: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let count = |ev: &str| events.iter().filter(|e| e["event"] == ev).count();
+    let starved = events.iter().rfind(|e| e["event"] == "quic_starved");
+    let verdict = |ok: bool, what: &str, detail: String, advice: &str| {
+        if ok {
+            check(&name(what), Status::Ok, detail, None)
+        } else {
+            check(&name(what), Status::Missing, detail, Some(advice))
+        }
+    };
+    vec![
+        verdict(
+            count("socket_stalled") >= 3,
+            "stalled targets",
+            format!("{} socket_stalled (4 expected)", count("socket_stalled")),
+            "the send-path probes do not see the lab's blocked writes",
+        ),
+        verdict(
+            count("quic_conn_opened") == 1,
+            "QUIC connection",
+            format!("{} quic_conn_opened (1 expected)", count("quic_conn_opened")),
+            "the TC classifier does not see the lab's QUIC traffic on lo",
+        ),
+        verdict(
+            starved.is_some(),
+            "starvation",
+            starved.map_or_else(
+                || "no quic_starved".to_string(),
+                |e| {
+                    format!(
+                        "quic_starved, {} with {} stalled targets",
+                        e["confidence"],
+                        e["stalled"].as_array().map_or(0, Vec::len)
+                    )
+                },
+            ),
+            "see docs/DETECTOR.md",
+        ),
+    ]
 }
 
 /// Destroys a loopback connection of our own: proves SOCK_DESTROY works.

@@ -90,6 +90,8 @@ pub struct Probes {
     ebpf: Ebpf,
     qdiscs: tc::QdiscGuard,
     tc_loaded: bool,
+    /// Ports marked in the PORTS array.
+    ports: HashSet<u16>,
     pub status: Vec<ProbeStatus>,
 }
 
@@ -141,7 +143,7 @@ impl Probes {
             let why = status.iter().filter_map(|s| s.note.clone()).next().unwrap_or_default();
             return Err(ProbeError::Load(format!("no program could attach: {why}")));
         }
-        Ok(Probes { ebpf, qdiscs: tc::QdiscGuard::default(), tc_loaded: false, status })
+        Ok(Probes { ebpf, qdiscs: tc::QdiscGuard::default(), tc_loaded: false, ports: HashSet::new(), status })
     }
 
     /// Attaches the QUIC flow classifier to `ifaces` and watches `ports`.
@@ -164,18 +166,18 @@ impl Probes {
         Ok(st)
     }
 
-    /// Makes the PORTS map hold exactly `ports`.
+    /// Makes the PORTS array mark exactly `ports`.
     pub fn set_ports(&mut self, ports: &HashSet<u16>) -> Result<(), ProbeError> {
         let map = self.ebpf.map_mut("PORTS").ok_or_else(|| ProbeError::Map("PORTS", "missing".into()))?;
-        let mut m: BpfHashMap<_, u16, u8> =
-            BpfHashMap::try_from(map).map_err(|e| ProbeError::Map("PORTS", e.to_string()))?;
-        let old: Vec<u16> = m.keys().filter_map(Result::ok).collect();
-        for k in old.iter().filter(|k| !ports.contains(k)) {
-            let _ = m.remove(k);
+        let mut m: aya::maps::Array<_, u8> =
+            aya::maps::Array::try_from(map).map_err(|e| ProbeError::Map("PORTS", e.to_string()))?;
+        for p in self.ports.difference(ports) {
+            m.set(u32::from(*p), 0, 0).map_err(|e| ProbeError::Map("PORTS", e.to_string()))?;
         }
-        for p in ports {
-            m.insert(p, 1, 0).map_err(|e| ProbeError::Map("PORTS", e.to_string()))?;
+        for p in ports.difference(&self.ports) {
+            m.set(u32::from(*p), 1, 0).map_err(|e| ProbeError::Map("PORTS", e.to_string()))?;
         }
+        self.ports = ports.clone();
         Ok(())
     }
 
