@@ -20,6 +20,8 @@ pub struct Cli {
 pub enum Command {
     /// Stream events (stalled target sockets, ...) as lines of text or JSON.
     Watch(WatchArgs),
+    /// The live dashboard: starved connections, the targets that hold them, timelines.
+    Top(TopArgs),
     /// Say which probes and mechanisms work on this kernel, and what to do.
     Doctor(DoctorArgs),
     /// Reproduce the failure on loopback (targets that stall, slow, ...).
@@ -127,6 +129,20 @@ pub struct WatchArgs {
     #[arg(long)]
     pub json: bool,
     /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub select: Selection,
+    #[command(flatten)]
+    pub lab: LabSide,
+    /// Redraw every this many milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=10_000))]
+    pub refresh: u64,
+    /// Quit after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
 }

@@ -1,0 +1,123 @@
+//! The live pipeline shared by `watch` and `top`: selection → kernel probes
+//! (sources) → model (core), one tick at a time. Sinks are the callers'.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+
+use super::lab_side::LabChild;
+use crate::cli::{LabSide, PortRange, Selection};
+use crate::core::detector::{DetectorConfig, Windows};
+use crate::core::event::{Stamped, StartInfo};
+use crate::core::model::Model;
+use crate::core::observation::Observation;
+use crate::core::time::{Mono, mono_now};
+use crate::core::verdict::Thresholds;
+use crate::sources::live::{Live, QuicOptions};
+use crate::sources::procs::Mode;
+
+/// How often verdicts are re-judged: the latency of `socket_stalled` after the
+/// timeout expires is at most this.
+pub const TICK: Duration = Duration::from_millis(200);
+
+pub struct Pipeline {
+    // Field order is drop order: probes detached before the lab is stopped.
+    pub live: Live,
+    pub model: Model,
+    pub start: StartInfo,
+    pending: Vec<Observation>,
+    lost_seen: u64,
+    _lab: Option<LabChild>,
+}
+
+impl Pipeline {
+    /// Validates the options, starts the lab if asked, attaches the probes.
+    pub fn start(sel: &Selection, lab: &LabSide, lab_echo: bool) -> Result<Pipeline> {
+        anyhow::ensure!(
+            sel.stall_timeout > 0.0 && sel.stall_timeout.is_finite(),
+            "--stall-timeout must be a positive number of seconds"
+        );
+        anyhow::ensure!(
+            sel.quic_idle > 0.0 && sel.quic_idle.is_finite(),
+            "--quic-idle must be a positive number of seconds"
+        );
+        anyhow::ensure!(
+            sel.stream_window > 0.0 && sel.conn_window > 0.0,
+            "--stream-window and --conn-window must be positive (MiB)"
+        );
+        // --lab: the lab's process is the one to watch, its QUIC port the server port.
+        let lab = if lab.lab { Some(LabChild::start(lab, lab_echo)?) } else { None };
+        let mut sel = sel.clone();
+        if let Some(l) = &lab {
+            sel.pids.push(l.pid);
+            sel.ports.push(PortRange { lo: l.server_port, hi: l.server_port });
+        }
+        let mode = Mode::from_args(&sel.pids, &sel.comms)?;
+        let th = Thresholds { stall_timeout: Duration::from_secs_f64(sel.stall_timeout), ..Thresholds::default() };
+        let quic =
+            QuicOptions { ports: sel.ports.iter().flat_map(|r| r.ports()).collect(), ifaces: sel.ifaces.clone() };
+        let mut live = Live::start(mode.clone(), quic, mono_now()).context("starting the kernel probes")?;
+        let (pids, comms) = match &mode {
+            Mode::Explicit { pids, comms } => (pids.clone(), comms.clone()),
+            Mode::Detected { comms } => (live.pids.iter().copied().collect(), comms.clone()),
+            Mode::All => (Vec::new(), Vec::new()),
+        };
+        let start = StartInfo {
+            pids,
+            comms,
+            all_processes: !mode.filters(),
+            stall_timeout_ms: th.stall_timeout.as_millis() as u64,
+            probes: live.probe_status().to_vec(),
+        };
+        let mib = |m: f64| (m * 1048576.0) as u64;
+        let windows = Windows { stream: mib(sel.stream_window), conn: mib(sel.conn_window) };
+        let model =
+            Model::new(th, Duration::from_secs_f64(sel.quic_idle), DetectorConfig { windows, ..Default::default() });
+        let mut pending = Vec::new();
+        live.seed(mono_now(), &mut pending);
+        Ok(Pipeline { live, model, start, pending, lost_seen: 0, _lab: lab })
+    }
+
+    /// Waits for kernel events and applies them to the model.
+    pub async fn recv(&mut self) -> Result<()> {
+        self.live.recv(&mut self.pending).await.context("reading kernel events")?;
+        for o in self.pending.drain(..) {
+            self.model.apply(o);
+        }
+        Ok(())
+    }
+
+    /// One tick: polls the sources, judges, returns the events.
+    pub fn tick(&mut self) -> Vec<Stamped> {
+        let now: Mono = mono_now();
+        self.live.poll(now, &self.model.sockets.wanted(now), &mut self.pending);
+        for o in self.pending.drain(..) {
+            self.model.apply(o);
+        }
+        let lost = self.lost();
+        if lost > self.lost_seen {
+            tracing::warn!("{} kernel events lost (ring buffer full); verdicts may lag", lost - self.lost_seen);
+            self.lost_seen = lost;
+        }
+        self.model.tick(now)
+    }
+
+    /// Kernel events lost so far (ring buffers full).
+    pub fn lost(&self) -> u64 {
+        let c = self.live.counters();
+        c[hystall_common::counter::EVENTS_LOST as usize] + c[hystall_common::counter::SAMPLES_LOST as usize]
+    }
+
+    /// Kernel events delivered so far.
+    pub fn sent(&self) -> u64 {
+        self.live.counters()[hystall_common::counter::EVENTS_SENT as usize]
+    }
+}
+
+/// A future that ends after `secs` (never without).
+pub async fn deadline(secs: Option<f64>) {
+    match secs {
+        Some(d) => tokio::time::sleep(Duration::from_secs_f64(d.max(0.0))).await,
+        None => std::future::pending().await,
+    }
+}
