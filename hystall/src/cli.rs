@@ -58,6 +58,13 @@ pub struct Selection {
     /// The server's per-connection receive window, in MiB (Hysteria's default).
     #[arg(long, value_name = "MIB", default_value_t = 20.0)]
     pub conn_window: f64,
+    /// Hysteria's Traffic Stats API (e.g. http://127.0.0.1:9999): its stream
+    /// table confirms a starvation exactly (`confidence: confirmed`).
+    #[arg(long, value_name = "URL")]
+    pub hysteria_api: Option<String>,
+    /// The API's secret (sent as the Authorization header).
+    #[arg(long, value_name = "SECRET", requires = "hysteria_api")]
+    pub hysteria_secret: Option<String>,
 }
 
 /// An inclusive UDP port range (a single port is LO = HI).

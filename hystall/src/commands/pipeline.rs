@@ -13,12 +13,15 @@ use crate::core::model::Model;
 use crate::core::observation::Observation;
 use crate::core::time::{Mono, mono_now};
 use crate::core::verdict::Thresholds;
+use crate::sources::hysteria_api;
 use crate::sources::live::{Live, QuicOptions};
 use crate::sources::procs::Mode;
 
 /// How often verdicts are re-judged: the latency of `socket_stalled` after the
 /// timeout expires is at most this.
 pub const TICK: Duration = Duration::from_millis(200);
+/// How often the server's stream table is fetched (`--hysteria-api`).
+const API_EVERY: Duration = Duration::from_secs(2);
 
 pub struct Pipeline {
     // Field order is drop order: probes detached before the lab is stopped.
@@ -27,6 +30,8 @@ pub struct Pipeline {
     pub start: StartInfo,
     pending: Vec<Observation>,
     lost_seen: u64,
+    /// Stream tables from the server's API poller, when one runs.
+    api: std::sync::mpsc::Receiver<Observation>,
     _lab: Option<LabChild>,
 }
 
@@ -71,11 +76,15 @@ impl Pipeline {
         };
         let mib = |m: f64| (m * 1048576.0) as u64;
         let windows = Windows { stream: mib(sel.stream_window), conn: mib(sel.conn_window) };
-        let model =
-            Model::new(th, Duration::from_secs_f64(sel.quic_idle), DetectorConfig { windows, ..Default::default() });
+        let detector = DetectorConfig { windows, stall_timeout: th.stall_timeout, ..Default::default() };
+        let model = Model::new(th, Duration::from_secs_f64(sel.quic_idle), detector);
         let mut pending = Vec::new();
         live.seed(mono_now(), &mut pending);
-        Ok(Pipeline { live, model, start, pending, lost_seen: 0, _lab: lab })
+        let (api_tx, api) = std::sync::mpsc::channel();
+        if let Some(url) = &sel.hysteria_api {
+            hysteria_api::spawn_poller(url.clone(), sel.hysteria_secret.clone(), API_EVERY, api_tx);
+        }
+        Ok(Pipeline { live, model, start, pending, lost_seen: 0, api, _lab: lab })
     }
 
     /// Waits for kernel events and applies them to the model.
@@ -91,6 +100,7 @@ impl Pipeline {
     pub fn tick(&mut self) -> Vec<Stamped> {
         let now: Mono = mono_now();
         self.live.poll(now, &self.model.sockets.wanted(now), &mut self.pending);
+        self.pending.extend(self.api.try_iter());
         for o in self.pending.drain(..) {
             self.model.apply(o);
         }

@@ -30,6 +30,7 @@ use super::conns::{Conn, ConnTable};
 use super::event::{Event, Stamped, StarvedInfo, StarvedTarget};
 use super::flows::Dir;
 use super::model::conn_info;
+use super::observation::ServerStream;
 use super::sockets::{Socket, SocketTable};
 use super::time::Mono;
 use super::verdict::Verdict;
@@ -65,6 +66,8 @@ pub struct DetectorConfig {
     /// A connection whose last bulk is this much older than a target's last
     /// progress cannot have fed it.
     pub attribution_slack: Duration,
+    /// The sockets' stall timeout: a server stream idle this long is frozen.
+    pub stall_timeout: Duration,
 }
 
 impl Default for DetectorConfig {
@@ -74,6 +77,7 @@ impl Default for DetectorConfig {
             alive_window: Duration::from_secs(15),
             bulk_quiet: Duration::from_secs(2),
             attribution_slack: Duration::from_secs(2),
+            stall_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -106,6 +110,45 @@ pub struct Starved {
     /// Attributed stalled targets: (cookie, strength 0..=1).
     pub targets: Vec<(u64, f64)>,
     pub pid: Option<u32>,
+    /// What the server's own stream table says, when it is available.
+    pub api: Option<ApiEvidence>,
+}
+
+/// The server's stream table, matched against the attributed targets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ApiEvidence {
+    /// The server's id of the connection whose streams match.
+    pub connection: u32,
+    /// Its established streams idle for the stall timeout.
+    pub frozen_streams: usize,
+    /// Of those, the ones going where the stalled targets go.
+    pub matching: usize,
+}
+
+/// The server connection (by its own id) whose established, frozen streams go
+/// to the attributed targets' addresses; `None` when none does.
+fn confirm(
+    targets: &[(u64, f64)],
+    socks: &SocketTable,
+    streams: &[ServerStream],
+    now: Mono,
+    stall_timeout: Duration,
+) -> Option<ApiEvidence> {
+    let remotes: BTreeSet<String> =
+        targets.iter().filter_map(|(c, _)| socks.get(*c)?.remote()).map(|a| a.to_string()).collect();
+    let mut by_conn: HashMap<u32, (usize, usize)> = HashMap::new();
+    for s in streams.iter().filter(|s| s.state == "estab" && now.since(s.last_active) >= stall_timeout) {
+        let e = by_conn.entry(s.connection).or_default();
+        e.0 += 1;
+        if remotes.contains(&s.hooked_req_addr) || remotes.contains(&s.req_addr) {
+            e.1 += 1;
+        }
+    }
+    by_conn
+        .into_iter()
+        .filter(|(_, (_, m))| *m > 0)
+        .max_by_key(|(_, (_, m))| *m)
+        .map(|(connection, (frozen_streams, matching))| ApiEvidence { connection, frozen_streams, matching })
 }
 
 #[derive(Default)]
@@ -136,6 +179,7 @@ impl Detector {
         conns: &ConnTable,
         socks: &SocketTable,
         owners: &HashMap<u16, u32>,
+        streams: Option<&[ServerStream]>,
     ) -> Vec<Stamped> {
         let cfg = self.cfg;
         let stalled: Vec<&Socket> =
@@ -213,7 +257,12 @@ impl Detector {
                 continue;
             }
             let since = prev.map_or(bulk, |p| p.since);
-            now_starved.insert(c.id, Starved { conn: c.id, since, confidence, targets, pid: owner_of(c) });
+            let api = streams.and_then(|s| confirm(&targets, socks, s, now, cfg.stall_timeout));
+            let confidence = match &api {
+                Some(a) if a.matching >= need => Confidence::Confirmed,
+                _ => confidence,
+            };
+            now_starved.insert(c.id, Starved { conn: c.id, since, confidence, targets, pid: owner_of(c), api });
         }
 
         for (id, st) in &now_starved {
@@ -292,6 +341,7 @@ fn info(
             stream_window: w.stream,
             conn_window: w.conn,
             unsent_bytes: targets.iter().filter_map(|t| t.unsent_bytes.map(u64::from)).sum(),
+            server_streams: st.api.clone(),
             targets,
         },
         reason,
@@ -320,6 +370,7 @@ mod tests {
         owners: HashMap<u16, u32>,
         /// Per client: cumulative counters (c2s full, c2s small, s2c small).
         flows: HashMap<u16, (u64, u64, u64, Option<Mono>, Mono)>,
+        streams: Option<Vec<ServerStream>>,
     }
 
     impl Node {
@@ -331,6 +382,7 @@ mod tests {
                 det: Detector::default(),
                 owners: HashMap::from([(SERVER_PORT, PID)]),
                 flows: HashMap::new(),
+                streams: None,
             }
         }
 
@@ -399,7 +451,7 @@ mod tests {
         fn tick(&mut self, at: f64) -> Vec<Stamped> {
             let mut out = self.socks.tick(s(at));
             self.conns.tick(s(at));
-            out.extend(self.det.tick(s(at), &self.conns, &self.socks, &self.owners));
+            out.extend(self.det.tick(s(at), &self.conns, &self.socks, &self.owners, self.streams.as_deref()));
             out.into_iter().filter(|e| matches!(e.event, Event::QuicStarved(_) | Event::QuicRecovered(_))).collect()
         }
     }
@@ -435,6 +487,45 @@ mod tests {
         let st = n.det.get(1).unwrap();
         assert_eq!(st.since, s(5.0), "client bulk stopped at 5 s");
         assert!(st.targets.iter().all(|(_, strength)| *strength == 1.0));
+    }
+
+    #[test]
+    fn the_servers_own_stream_table_confirms_it() {
+        let mut n = Node::new();
+        n.connect(1000, 0.0);
+        for t in 1..=5 {
+            n.second(1000, t as f64, true);
+            n.tick(t as f64);
+        }
+        for c in 1..=3 {
+            n.stall_target(c, 5.0);
+        }
+        // Hysteria's /dump/streams: three established streams of connection 7
+        // to the targets' address, idle since 5 s; one healthy stream elsewhere.
+        let stream = |id: u64, addr: &str, idle_since: f64| ServerStream {
+            connection: 7,
+            stream: id,
+            state: "estab".into(),
+            req_addr: "example.com:443".into(),
+            hooked_req_addr: addr.into(),
+            tx: 0,
+            rx: 8 << 20,
+            last_active: s(idle_since),
+        };
+        n.streams = Some(vec![
+            stream(0, "93.184.216.34:443", 5.0),
+            stream(4, "93.184.216.34:443", 5.0),
+            stream(8, "93.184.216.34:443", 5.0),
+            stream(12, "1.1.1.1:53", 15.5),
+        ]);
+        let mut events = Vec::new();
+        for t in 6..=16 {
+            n.second(1000, t as f64, false);
+            events.extend(n.tick(t as f64));
+        }
+        assert_eq!(starved(&events).last(), Some(&(1, "confirmed", 3)));
+        let api = n.det.get(1).unwrap().api.clone().unwrap();
+        assert_eq!((api.connection, api.frozen_streams, api.matching), (7, 3, 3));
     }
 
     #[test]

@@ -171,6 +171,9 @@ pub struct StarvedEvidence {
     pub conn_window: u64,
     /// Bytes queued unsent in the attributed targets.
     pub unsent_bytes: u64,
+    /// The server's own stream table (`--hysteria-api`), when available.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_streams: Option<super::detector::ApiEvidence>,
     pub targets: Vec<StarvedTarget>,
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::conns::{Conn, ConnChange, ConnTable, Grouping};
 use super::detector::{Detector, DetectorConfig};
 use super::event::{ConnInfo, Event, Stamped};
-use super::observation::Observation;
+use super::observation::{Observation, ServerStream};
 use super::sockets::SocketTable;
 use super::time::Mono;
 use super::verdict::Thresholds;
@@ -17,6 +17,8 @@ pub struct Model {
     pub detector: Detector,
     /// UDP server port → owning process.
     pub owners: HashMap<u16, u32>,
+    /// The server's own stream table, when its API is available.
+    pub streams: Option<Vec<ServerStream>>,
 }
 
 impl Model {
@@ -26,6 +28,7 @@ impl Model {
             conns: ConnTable::new(quic_idle),
             detector: Detector::new(detector),
             owners: HashMap::new(),
+            streams: None,
         }
     }
 
@@ -34,6 +37,7 @@ impl Model {
             Observation::Header { at, sample } => self.conns.sample(at, &sample),
             Observation::FlowCounts { at, flows } => self.conns.poll(at, flows),
             Observation::Owners { ports, .. } => self.owners = ports.into_iter().collect(),
+            Observation::Streams { streams, .. } => self.streams = Some(streams),
             other => self.sockets.apply(other),
         }
     }
@@ -56,7 +60,7 @@ impl Model {
             }
         }
         // Before closed connections are swept: a starved one that closes recovers.
-        out.extend(self.detector.tick(now, &self.conns, &self.sockets, &self.owners));
+        out.extend(self.detector.tick(now, &self.conns, &self.sockets, &self.owners, self.streams.as_deref()));
         self.conns.sweep();
         out
     }

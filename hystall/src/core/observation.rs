@@ -82,6 +82,21 @@ pub struct InflightSample {
     pub cookie: Option<u64>,
 }
 
+/// One QUIC stream as the server itself reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerStream {
+    /// The server's id of the QUIC connection the stream belongs to.
+    pub connection: u32,
+    pub stream: u64,
+    /// `initial`, `hooking`, `connecting`, `estab`, `closed`.
+    pub state: String,
+    pub req_addr: String,
+    pub hooked_req_addr: String,
+    pub tx: u64,
+    pub rx: u64,
+    pub last_active: Mono,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Observation {
     Sock {
@@ -108,6 +123,12 @@ pub enum Observation {
         at: Mono,
         flows: Vec<(super::flows::FlowId, super::flows::FlowCounters)>,
     },
+    /// The server's own stream table (Hysteria's Traffic Stats API), replacing
+    /// the previous one.
+    Streams {
+        at: Mono,
+        streams: Vec<ServerStream>,
+    },
     /// Which process serves on which UDP port (replaces the previous map).
     Owners {
         at: Mono,
@@ -123,7 +144,8 @@ impl Observation {
             | Observation::Inflight { at, .. }
             | Observation::Header { at, .. }
             | Observation::FlowCounts { at, .. }
-            | Observation::Owners { at, .. } => *at,
+            | Observation::Owners { at, .. }
+            | Observation::Streams { at, .. } => *at,
         }
     }
 }

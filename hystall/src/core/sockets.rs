@@ -123,7 +123,10 @@ impl SocketTable {
             Observation::Sock { at, change, sample } => self.apply_sock(at, change, sample),
             Observation::Diag { at, sample } => self.apply_diag(at, sample),
             Observation::Inflight { at, sends } => self.apply_inflight(at, sends),
-            Observation::Header { .. } | Observation::FlowCounts { .. } | Observation::Owners { .. } => {}
+            Observation::Header { .. }
+            | Observation::FlowCounts { .. }
+            | Observation::Owners { .. }
+            | Observation::Streams { .. } => {}
         }
     }
 
