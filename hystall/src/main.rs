@@ -13,7 +13,7 @@ fn main() {
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Watch(args) => runtime().and_then(|rt| rt.block_on(commands::watch::run(args))),
-        Command::Top(_) => Err(anyhow::anyhow!("top is not built yet")),
+        Command::Top(args) => runtime().and_then(|rt| rt.block_on(commands::top::run(args))),
         Command::Doctor(args) => commands::doctor::run(args),
         Command::Lab(args) => hystall::lab::run(args),
     };

@@ -3,6 +3,7 @@
 pub mod doctor;
 pub mod lab_side;
 pub mod pipeline;
+pub mod top;
 pub mod watch;
 
 /// Exits with a clear message when not root (or without the capabilities).

@@ -2,3 +2,4 @@
 //! kernel; they only format what the core decided.
 
 pub mod lines;
+pub mod tui;

@@ -78,10 +78,8 @@ pub fn fetch(agent: &ureq::Agent, base: &str, secret: Option<&str>) -> Result<Ve
     let mut resp = req.call().map_err(|e| ApiError::Http(url.clone(), e.to_string()))?;
     let body = resp.body_mut().read_to_string().map_err(|e| ApiError::Http(url.clone(), e.to_string()))?;
     let now = mono_now();
-    let unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i128)
-        .unwrap_or(0);
+    let unix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0);
     parse_dump(&body, now, unix)
 }
 
@@ -150,8 +148,12 @@ mod tests {
                 }
             }
             let body = r#"{"streams":[]}"#;
-            write!(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())
-                .unwrap();
+            write!(
+                c,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
             auth
         });
         let agent: ureq::Agent = ureq::Agent::config_builder().build().into();

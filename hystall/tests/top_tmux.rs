@@ -1,0 +1,86 @@
+//! Root end-to-end test of `hystall top --lab` in a real terminal (tmux):
+//! the starved lab connection and its stalled targets appear on screen within
+//! the expected time, the detail view opens, and quitting leaves the terminal
+//! and the kernel clean.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::root_or_skip;
+
+const SESSION: &str = "hystall_top_test";
+
+fn tmux(args: &[&str]) -> std::process::Output {
+    Command::new("tmux").args(args).output().expect("tmux")
+}
+
+fn screen() -> String {
+    String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", SESSION]).stdout).into_owned()
+}
+
+/// Waits until the screen shows every one of `needles`.
+fn wait_for(needles: &[&str], within: Duration) -> Result<String, String> {
+    let deadline = Instant::now() + within;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        last = screen();
+        if needles.iter().all(|n| last.contains(n)) {
+            return Ok(last);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Err(last)
+}
+
+struct Session;
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = tmux(&["kill-session", "-t", SESSION]);
+    }
+}
+
+#[test]
+fn top_lab_shows_the_starved_connection_and_quits_cleanly() {
+    let Some(_g) = root_or_skip("top_lab_shows_the_starved_connection_and_quits_cleanly") else { return };
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("top_lab_shows_the_starved_connection_and_quits_cleanly: skipped: tmux not installed");
+        return;
+    }
+    let ours = ["sock_send_lengt", "inet_sock_set_s", "tcp_probe", "tcp_destroy_soc", "quic_ingress", "quic_egress"];
+    let ids = || -> std::collections::BTreeSet<u32> {
+        common::loaded_programs().into_iter().filter(|(_, n)| ours.contains(&n.as_str())).map(|(id, _)| id).collect()
+    };
+    let before = ids();
+    let _ = tmux(&["kill-session", "-t", SESSION]);
+    // When top exits, the shell prints a marker: proof the terminal is usable.
+    let cmd = format!("{} top --lab --stall-timeout 3 --refresh 250; echo TOP-EXITED-$?; sleep 30", common::bin());
+    let out = tmux(&["new-session", "-d", "-s", SESSION, "-x", "160", "-y", "48", &cmd]);
+    assert!(out.status.success(), "tmux: {}", String::from_utf8_lossy(&out.stderr));
+    let _session = Session;
+
+    // Stall timeout 3 s + 3 s, plus the lab's own start-up.
+    // The connection's verdict with its confidence, and its stalled targets' rows.
+    let shown = wait_for(&["STARVED likely"], Duration::from_secs(12)).unwrap_or_else(|s| panic!("screen:\n{s}"));
+    let stalled_rows = shown.lines().filter(|l| l.contains("ESTABLISHED") && l.contains("STALLED")).count();
+    assert!(stalled_rows >= 3, "stalled target rows on screen:\n{shown}");
+    let during: std::collections::BTreeSet<u32> = ids().difference(&before).copied().collect();
+    assert!(during.len() >= 6, "probes loaded while top runs: {during:?}");
+
+    // The detail view of the selected (starved, on top) connection.
+    let _ = tmux(&["send-keys", "-t", SESSION, "Enter"]);
+    let detail = wait_for(&["stopped"], Duration::from_secs(3)).unwrap_or_else(|s| panic!("detail view:\n{s}"));
+    assert!(detail.contains("stalled"), "evidence in the detail view:\n{detail}");
+
+    let _ = tmux(&["send-keys", "-t", SESSION, "Escape"]);
+    let _ = tmux(&["send-keys", "-t", SESSION, "q"]);
+    let after = wait_for(&["TOP-EXITED-0"], Duration::from_secs(8)).unwrap_or_else(|s| panic!("after quit:\n{s}"));
+    assert!(!after.contains("STARVED"), "the alternate screen is gone:\n{after}");
+    std::thread::sleep(Duration::from_millis(500));
+    let left: Vec<u32> = ids().intersection(&during).copied().collect();
+    assert!(left.is_empty(), "programs left loaded after quit: {left:?}");
+    let labs = Command::new("pgrep").args(["-f", "hystall lab --json"]).output().expect("pgrep");
+    assert!(labs.stdout.is_empty(), "the lab child is gone");
+}
