@@ -32,6 +32,8 @@
 //! `cargo bench -p hystall --bench probe_overhead` (or `cargo xtask bench`). Run
 //! without `--bench` (e.g. by `cargo test --benches`) it does one short round only.
 
+mod common;
+
 use std::collections::HashSet;
 use std::hint::black_box;
 use std::io::{Read as _, Write as _};
@@ -42,8 +44,8 @@ use std::time::{Duration, Instant};
 
 use hystall::sources::probes::{ProbeConfig, Probes};
 
-const ROUNDS: usize = 5;
-const DEFAULT_SECS: f64 = 1.0;
+use common::{PROBE_NAMES, Settings, median};
+
 const MSG_LEN: usize = 64;
 /// A pid that is not ours (init): the "machine's other processes" set.
 const OTHER_PID: u32 = 1;
@@ -122,37 +124,17 @@ struct KernelView {
 }
 
 fn main() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: needs root");
+    if !common::is_root() {
         return;
     }
-    let full = std::env::args().any(|a| a == "--bench");
-    let secs = match std::env::var("HYSTALL_BENCH_SECS") {
-        Ok(v) => match v.trim().parse::<f64>() {
-            Ok(s) if s > 0.0 && s.is_finite() => s,
-            _ => {
-                eprintln!("probe_overhead: HYSTALL_BENCH_SECS={v:?} is not a positive number of seconds");
-                std::process::exit(2);
-            }
-        },
-        Err(_) if full => DEFAULT_SECS,
-        Err(_) => 0.1,
-    };
-    let rounds = if full { ROUNDS } else { 1 };
-    let round_time = Duration::from_secs_f64(secs);
+    let settings = common::settings("probe_overhead");
+    let Settings { secs, rounds, round_time, .. } = settings;
 
     // Fail early (and say what did not attach) before spending the time budget.
     match Mode::MonitoredSys.attach() {
         Ok(Some(probes)) => {
-            let missing: Vec<String> = probes
-                .status
-                .iter()
-                .filter(|s| !s.attached)
-                .map(|s| format!("{} ({})", s.name, s.note.as_deref().unwrap_or("?")))
-                .collect();
-            if !missing.is_empty() {
-                println!("warning: not attached, so not measured: {}", missing.join("; "));
+            if let Some(missing) = common::not_attached(&probes.status) {
+                println!("warning: not attached, so not measured: {missing}");
             }
         }
         Ok(None) => unreachable!("monitored mode attaches"),
@@ -167,7 +149,7 @@ fn main() {
          loopback TCP pair; {} CPUs; pid {}",
         MODES.len(),
         WORKLOADS.len(),
-        thread::available_parallelism().map_or(0, |n| n.get()),
+        common::cpus(),
         std::process::id()
     );
 
@@ -182,9 +164,7 @@ fn main() {
     let mut skewed = 0;
     let started = Instant::now();
     for round in 0..rounds {
-        let order: Vec<usize> =
-            if round % 2 == 0 { (0..MODES.len()).collect() } else { (0..MODES.len()).rev().collect() };
-        for m in order {
+        for m in common::round_order(round, MODES.len()) {
             let mode = MODES[m];
             if mode == Mode::Detached && foreign_probes() > 0 {
                 skewed += 1;
@@ -219,24 +199,14 @@ fn main() {
             }
             drop(probes); // detaches
         }
-        // This round's figures, in mode order (the table below has only medians).
-        let line: Vec<String> = WORKLOADS
-            .iter()
-            .enumerate()
-            .map(|(w, workload)| {
-                let per_mode: Vec<String> = MODES
-                    .iter()
-                    .enumerate()
-                    .map(|(m, mode)| format!("{} {}", mode.name(), per_sec(rates[m][w][round])))
-                    .collect();
-                format!("{}: {}", workload.name(), per_mode.join(", "))
-            })
-            .collect();
-        eprintln!(
-            "probe_overhead: round {}/{rounds} ({:.0} s): {}",
-            round + 1,
-            started.elapsed().as_secs_f64(),
-            line.join("; ")
+        common::print_round(
+            &settings,
+            round,
+            started,
+            "",
+            &WORKLOADS.map(Workload::name),
+            &MODES.map(Mode::name),
+            |m, w| rates[m][w][round],
         );
     }
 
@@ -252,12 +222,7 @@ fn main() {
 /// Programs with the names of hystall's probes loaded by someone else (another
 /// hystall, a test): they would slow the `detached` baseline.
 fn foreign_probes() -> usize {
-    const NAMES: [&str; 6] =
-        ["sock_send_lengt", "inet_sock_set_s", "tcp_probe", "tcp_destroy_soc", "sys_enter", "sys_exit"];
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| p.name_as_str().is_some_and(|n| NAMES.iter().any(|want| n.starts_with(want))))
-        .count()
+    common::loaded_programs(&PROBE_NAMES)
 }
 
 /// Sends per second over `time`; with probes, also what the kernel saw of our
@@ -341,59 +306,20 @@ fn socket_cookie(s: &TcpStream) -> u64 {
     cookie
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-/// 1.23M/s, 456.7k/s.
-fn per_sec(r: f64) -> String {
-    if r >= 1e6 {
-        format!("{:.2}M/s", r / 1e6)
-    } else if r >= 1e3 {
-        format!("{:.1}k/s", r / 1e3)
-    } else {
-        format!("{r:.0}/s")
-    }
-}
-
 fn report(rates: &[Vec<Vec<f64>>], views: &[KernelView]) {
     let base = MODES.iter().position(|&m| m == Mode::Detached).expect("detached is a mode");
     println!();
     // ratio: of the medians; paired: median over rounds of (this mode / detached)
     // in the same round, which a drift of the machine between rounds does not move;
     // +ns/op: what the probes add to each send or syscall, from the medians.
-    println!(
-        "{:<9} {:<10} {:>11} {:>11} {:>11} {:>7} {:>7} {:>8}",
-        "workload", "mode", "median", "min", "max", "ratio", "paired", "+ns/op"
-    );
+    println!("{:<9} {:<10} {}", "workload", "mode", common::header_cells("median", "+ns/op", 8));
     for (w, workload) in WORKLOADS.iter().enumerate() {
-        let base_rates = &rates[base][w];
-        let detached = median(base_rates);
         for (m, mode) in MODES.iter().enumerate() {
-            let r = &rates[m][w];
-            let med = median(r);
-            let min = r.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let paired: Vec<f64> = r.iter().zip(base_rates).map(|(a, d)| a / d).collect();
             println!(
-                "{:<9} {:<10} {:>11} {:>11} {:>11} {:>7.3} {:>7.3} {:>8.0}",
+                "{:<9} {:<10} {}",
                 workload.name(),
                 mode.name(),
-                per_sec(med),
-                per_sec(min),
-                per_sec(max),
-                med / detached,
-                median(&paired),
-                1e9 / med - 1e9 / detached
+                common::stats_cells(&rates[m][w], &rates[base][w], 8)
             );
         }
     }
@@ -418,18 +344,7 @@ fn report(rates: &[Vec<Vec<f64>>], views: &[KernelView]) {
     }
 
     println!();
-    for (w, workload) in WORKLOADS.iter().enumerate() {
-        let detached = median(&rates[base][w]);
-        for (m, mode) in MODES.iter().enumerate().filter(|&(m, _)| m != base) {
-            let attached = median(&rates[m][w]);
-            println!(
-                "ratio {}_per_sec {}: {:.2} (detached {}, attached {})",
-                workload.name(),
-                mode.name(),
-                attached / detached,
-                per_sec(detached),
-                per_sec(attached)
-            );
-        }
-    }
+    common::print_ratios(&WORKLOADS.map(Workload::name), &MODES.map(Mode::name), base, "per_sec", |m, w| {
+        median(&rates[m][w])
+    });
 }

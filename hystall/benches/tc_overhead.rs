@@ -45,6 +45,8 @@
 //! `cargo bench -p hystall --bench tc_overhead` (or `cargo xtask bench`). Run
 //! without `--bench` (e.g. by `cargo test --benches`) it does one short round only.
 
+mod common;
+
 use std::collections::HashSet;
 use std::io::ErrorKind;
 use std::net::UdpSocket;
@@ -57,8 +59,8 @@ use hystall::sources::probes::tc::Iface;
 use hystall::sources::probes::{ProbeConfig, Probes};
 use hystall_common::{AF_INET, CLASS_ACK, CLASS_FULL, DIR_C2S, DIR_S2C, size_class};
 
-const ROUNDS: usize = 5;
-const DEFAULT_SECS: f64 = 1.0;
+use common::{PROBE_NAMES, Settings, median, per_sec};
+
 /// A pid that is not ours (init): the tracepoint programs filter us out.
 const OTHER_PID: u32 = 1;
 /// A watched port that is none of ours (the `not-in-set` mode).
@@ -353,41 +355,18 @@ impl KernelView {
 }
 
 fn main() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: needs root");
+    if !common::is_root() {
         return;
     }
-    let full = std::env::args().any(|a| a == "--bench");
-    let secs = match std::env::var("HYSTALL_BENCH_SECS") {
-        Ok(v) => match v.trim().parse::<f64>() {
-            Ok(s) if s > 0.0 && s.is_finite() => s,
-            _ => {
-                eprintln!("tc_overhead: HYSTALL_BENCH_SECS={v:?} is not a positive number of seconds");
-                std::process::exit(2);
-            }
-        },
-        Err(_) if full => DEFAULT_SECS,
-        Err(_) => 0.1,
-    };
-    let rounds = if full { ROUNDS } else { 1 };
-    let round_time = Duration::from_secs_f64(secs);
+    let settings = common::settings("tc_overhead");
+    let Settings { secs, rounds, round_time, .. } = settings;
 
     // Fail early (and say what did not attach) before spending the time budget.
     let first = Pair::new();
     match Mode::InSet.attach(&HashSet::from([first.port])) {
         Ok(Some(probes)) => {
-            let missing: Vec<String> = probes
-                .status
-                .iter()
-                .filter(|s| !s.attached)
-                .map(|s| format!("{} ({})", s.name, s.note.as_deref().unwrap_or("?")))
-                .collect();
-            if !missing.is_empty() {
-                println!(
-                    "warning: not attached (their filtered-out cost is not in the figures): {}",
-                    missing.join("; ")
-                );
+            if let Some(missing) = common::not_attached(&probes.status) {
+                println!("warning: not attached (their filtered-out cost is not in the figures): {missing}");
             }
         }
         Ok(None) => unreachable!("in-set mode attaches"),
@@ -404,7 +383,7 @@ fn main() {
         WORKLOADS.len(),
         WORKLOADS.iter().map(|w| format!("{}-byte", w.len())).collect::<Vec<_>>().join(" and "),
         rcvbuf(&first.rx) / 1024,
-        thread::available_parallelism().map_or(0, |n| n.get()),
+        common::cpus(),
         std::process::id()
     );
     drop(first);
@@ -422,9 +401,7 @@ fn main() {
     let mut skewed = vec![0u32; MODES.len()];
     let started = Instant::now();
     for round in 0..rounds {
-        let order: Vec<usize> =
-            if round % 2 == 0 { (0..MODES.len()).collect() } else { (0..MODES.len()).rev().collect() };
-        for m in order {
+        for m in common::round_order(round, MODES.len()) {
             let mode = MODES[m];
             if others_probes() > 0 {
                 skewed[m] += 1;
@@ -449,25 +426,10 @@ fn main() {
             }
             drop(probes); // detaches
         }
-        // This round's figures, in mode order (the table below has only medians).
-        let line: Vec<String> = WORKLOADS
-            .iter()
-            .enumerate()
-            .map(|(w, workload)| {
-                let per_mode: Vec<String> = MODES
-                    .iter()
-                    .enumerate()
-                    .map(|(m, mode)| format!("{} {}", mode.name(), per_sec(runs[m][w][round].rx_rate)))
-                    .collect();
-                format!("{}: {}", workload.name(), per_mode.join(", "))
-            })
-            .collect();
-        eprintln!(
-            "tc_overhead: round {}/{rounds} ({:.0} s): received {}",
-            round + 1,
-            started.elapsed().as_secs_f64(),
-            line.join("; ")
-        );
+        let (workloads, modes) = (WORKLOADS.map(Workload::name), MODES.map(Mode::name));
+        common::print_round(&settings, round, started, "received ", &workloads, &modes, |m, w| {
+            runs[m][w][round].rx_rate
+        });
     }
 
     report(&runs, &views);
@@ -500,44 +462,7 @@ fn others_probes() -> usize {
 
 /// Loaded programs with the names of hystall's probes.
 fn hystall_probes() -> usize {
-    const NAMES: [&str; 8] = [
-        "quic_ingress",
-        "quic_egress",
-        "sock_send_lengt",
-        "inet_sock_set_s",
-        "tcp_probe",
-        "tcp_destroy_soc",
-        "sys_enter",
-        "sys_exit",
-    ];
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| p.name_as_str().is_some_and(|n| NAMES.iter().any(|want| n.starts_with(want))))
-        .count()
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-/// 1.23M/s, 456.7k/s.
-fn per_sec(r: f64) -> String {
-    if r >= 1e6 {
-        format!("{:.2}M/s", r / 1e6)
-    } else if r >= 1e3 {
-        format!("{:.1}k/s", r / 1e3)
-    } else {
-        format!("{r:.0}/s")
-    }
+    common::loaded_programs(&[&["quic_ingress", "quic_egress"][..], &PROBE_NAMES].concat())
 }
 
 /// `part` as a percentage of `whole`.
@@ -554,33 +479,27 @@ fn report(runs: &[Vec<Vec<Run>>], views: &[Vec<KernelView>]) {
     // each packet, from the medians. sent: median packets sent per second. drop%
     // and sock drop%: of all packets sent over the rounds.
     println!(
-        "{:<8} {:<10} {:>11} {:>11} {:>11} {:>7} {:>7} {:>7} {:>11} {:>7} {:>10}",
-        "workload", "mode", "received", "min", "max", "ratio", "paired", "+ns/pkt", "sent", "drop%", "sock drop%"
+        "{:<8} {:<10} {} {:>11} {:>7} {:>10}",
+        "workload",
+        "mode",
+        common::header_cells("received", "+ns/pkt", 7),
+        "sent",
+        "drop%",
+        "sock drop%"
     );
     for (w, workload) in WORKLOADS.iter().enumerate() {
-        let base_rates: Vec<f64> = runs[base][w].iter().map(|r| r.rx_rate).collect();
-        let detached = median(&base_rates);
+        let base_rates = rx_rates(&runs[base][w]);
         for (m, mode) in MODES.iter().enumerate() {
             let rs = &runs[m][w];
-            let rx: Vec<f64> = rs.iter().map(|r| r.rx_rate).collect();
             let tx: Vec<f64> = rs.iter().map(|r| r.tx_rate).collect();
-            let med = median(&rx);
-            let min = rx.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = rx.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let paired: Vec<f64> = rx.iter().zip(&base_rates).map(|(a, d)| a / d).collect();
             let sent: u64 = rs.iter().map(|r| r.sent).sum();
             let drops: u64 = rs.iter().map(Run::drops).sum();
             let sock_drops: u64 = rs.iter().map(|r| r.sock_drops).sum();
             println!(
-                "{:<8} {:<10} {:>11} {:>11} {:>11} {:>7.3} {:>7.3} {:>7.0} {:>11} {:>7.3} {:>10.3}",
+                "{:<8} {:<10} {} {:>11} {:>7.3} {:>10.3}",
                 workload.name(),
                 mode.name(),
-                per_sec(med),
-                per_sec(min),
-                per_sec(max),
-                med / detached,
-                median(&paired),
-                1e9 / med - 1e9 / detached,
+                common::stats_cells(&rx_rates(rs), &base_rates, 7),
                 per_sec(median(&tx)),
                 percent(drops, sent),
                 percent(sock_drops, sent)
@@ -636,18 +555,12 @@ fn report(runs: &[Vec<Vec<Run>>], views: &[Vec<KernelView>]) {
     }
 
     println!();
-    for (w, workload) in WORKLOADS.iter().enumerate() {
-        let detached = median(&runs[base][w].iter().map(|r| r.rx_rate).collect::<Vec<_>>());
-        for (m, mode) in MODES.iter().enumerate().filter(|&(m, _)| m != base) {
-            let attached = median(&runs[m][w].iter().map(|r| r.rx_rate).collect::<Vec<_>>());
-            println!(
-                "ratio {}_pps {}: {:.2} (detached {}, attached {})",
-                workload.name(),
-                mode.name(),
-                attached / detached,
-                per_sec(detached),
-                per_sec(attached)
-            );
-        }
-    }
+    common::print_ratios(&WORKLOADS.map(Workload::name), &MODES.map(Mode::name), base, "pps", |m, w| {
+        median(&rx_rates(&runs[m][w]))
+    });
+}
+
+/// The packets received per second of each run.
+fn rx_rates(runs: &[Run]) -> Vec<f64> {
+    runs.iter().map(|r| r.rx_rate).collect()
 }

@@ -194,6 +194,9 @@ pub struct LabArgs {
     /// Seconds a probe may take before it counts as failed.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     pub probe_timeout: f64,
+    /// Seconds between the ready line and the start of the uploads.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub delay: f64,
     /// One JSON object per line (lab_ready, lab_target_connected, lab_target_closed,
     /// lab_probe, lab_done).
     #[arg(long)]

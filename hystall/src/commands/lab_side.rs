@@ -25,6 +25,9 @@ impl LabChild {
         let mut child = Command::new(exe)
             .args(["lab", "--json", "--uploads", &opts.lab_uploads.to_string(), "--target"])
             .arg(format!("{:?}", opts.lab_target).to_lowercase())
+            // Uploads start once the monitor is attached: the timeline then
+            // shows client bulk flowing, and the moment it stops.
+            .args(["--delay", "1.5"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

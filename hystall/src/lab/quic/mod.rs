@@ -75,6 +75,9 @@ pub struct QuicLabConfig {
     pub probe_timeout: Duration,
     /// Bytes per upload write call.
     pub chunk: usize,
+    /// Wait this long after the ready line before the uploads start (so that a
+    /// watcher started by the ready line sees the bulk, then its stop).
+    pub delay: Duration,
 }
 
 impl Default for QuicLabConfig {
@@ -88,6 +91,7 @@ impl Default for QuicLabConfig {
             probe_every: Duration::from_secs(1),
             probe_timeout: Duration::from_secs(2),
             chunk: 64 * 1024,
+            delay: Duration::ZERO,
         }
     }
 }
@@ -220,6 +224,7 @@ fn config_from_args(args: &LabArgs) -> anyhow::Result<QuicLabConfig> {
         keylog: args.keylog.clone(),
         probe_every: secs(args.probe_every, "--probe-every")?,
         probe_timeout: secs(args.probe_timeout, "--probe-timeout")?,
+        delay: secs(args.delay, "--delay")?,
         ..QuicLabConfig::default()
     })
 }
@@ -269,6 +274,9 @@ pub async fn run_lab_until(
         probe_timeout: cfg.probe_timeout.as_secs_f64(),
     }));
 
+    if !cfg.delay.is_zero() {
+        tokio::time::sleep(cfg.delay).await;
+    }
     let uploads = Arc::new(Uploads::start(client.connection(), target.addr(), cfg.uploads, cfg.chunk));
     let (probes_tx, mut probes) = mpsc::unbounded_channel();
     let prober = tokio::spawn(probe_loop(
