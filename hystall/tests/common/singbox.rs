@@ -141,8 +141,14 @@ impl SingBox {
     /// starts the server and the client, and returns once a request through the
     /// client's SOCKS port echoes back.
     pub fn start(opts: Options) -> anyhow::Result<SingBox> {
-        let bin = sing_box_bin().context("sing-box not installed (cargo xtask setup installs it)")?;
+        let found = sing_box_bin().context("sing-box not installed (cargo xtask setup installs it)")?;
         let dir = fresh_dir()?;
+        // Run it as `sing-box`, whatever the file is called (the PyPI package's is
+        // `sing-box-linux-amd64`): the process name is what operators, and the
+        // tests' `--comm sing-box`, select it by.
+        let bin = dir.join("sing-box");
+        let found = std::fs::canonicalize(&found).unwrap_or(found);
+        std::os::unix::fs::symlink(&found, &bin).context("linking sing-box into the lab dir")?;
         let echo = TcpTarget::spawn(Behaviour::Echo)?;
         let udp_echo = UdpEcho::spawn()?;
         let mut lab = SingBox { dir, server_port: 0, socks: None, echo, udp_echo, server: None, client: None };
