@@ -126,12 +126,32 @@ pub struct LabSide {
     pub lab_target: Behaviour,
 }
 
+/// `--enforce`: the upstream fix's rule, applied from outside.
+#[derive(Debug, Clone, Args, Default)]
+pub struct EnforceArgs {
+    /// Destroy target sockets whose sends made no progress for --stall-timeout
+    /// (needs --pid/--comm or a detected proxy, and root).
+    #[arg(long)]
+    pub enforce: bool,
+    /// With --enforce: decide and report, touch nothing.
+    #[arg(long, requires = "enforce")]
+    pub dry_run: bool,
+    /// With --enforce: never touch sockets to or from this IP, IP:PORT or :PORT (repeatable).
+    #[arg(long, value_name = "ADDR", requires = "enforce")]
+    pub exclude: Vec<String>,
+    /// With --enforce: at most this many destroys a minute (more are refused and reported).
+    #[arg(long, value_name = "N", default_value_t = 60, requires = "enforce")]
+    pub max_destroys_per_minute: usize,
+}
+
 #[derive(Debug, Args)]
 pub struct WatchArgs {
     #[command(flatten)]
     pub select: Selection,
     #[command(flatten)]
     pub lab: LabSide,
+    #[command(flatten)]
+    pub enforce: EnforceArgs,
     /// One JSON object per line (schema: docs/EVENTS.md).
     #[arg(long)]
     pub json: bool,
@@ -146,6 +166,8 @@ pub struct TopArgs {
     pub select: Selection,
     #[command(flatten)]
     pub lab: LabSide,
+    #[command(flatten)]
+    pub enforce: EnforceArgs,
     /// Redraw every this many milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=10_000))]
     pub refresh: u64,

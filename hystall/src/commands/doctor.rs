@@ -237,13 +237,9 @@ fn selftest() -> Vec<Check> {
     ]
 }
 
-/// Destroys a loopback connection of our own: proves SOCK_DESTROY works.
-fn sock_destroy_check(root: bool) -> Check {
-    const NAME: &str = "SOCK_DESTROY";
-    if !root {
-        return check(NAME, Status::Missing, "needs CAP_NET_ADMIN", Some("run as root"));
-    }
-    let attempt = || -> Result<bool> {
+/// Destroys a loopback connection of our own: whether SOCK_DESTROY works.
+pub fn destroy_works() -> Result<bool> {
+    {
         let l = TcpListener::bind("127.0.0.1:0")?;
         let c = TcpStream::connect(l.local_addr()?)?;
         let _accepted = l.accept()?;
@@ -254,8 +250,15 @@ fn sock_destroy_check(root: bool) -> Check {
         c.set_nonblocking(true)?;
         let mut buf = [0u8; 1];
         Ok(matches!(std::io::Read::read(&mut &c, &mut buf), Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED)))
-    };
-    match attempt() {
+    }
+}
+
+fn sock_destroy_check(root: bool) -> Check {
+    const NAME: &str = "SOCK_DESTROY";
+    if !root {
+        return check(NAME, Status::Missing, "needs CAP_NET_ADMIN", Some("run as root"));
+    }
+    match destroy_works() {
         Ok(true) => check(NAME, Status::Ok, "destroyed a loopback test socket (enforcement can work)", None),
         Ok(false) => check(NAME, Status::Degraded, "the destroy was accepted but the socket lived on", None),
         Err(e) => check(

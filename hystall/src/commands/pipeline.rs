@@ -6,13 +6,16 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 
 use super::lab_side::LabChild;
-use crate::cli::{LabSide, PortRange, Selection};
+use crate::cli::{EnforceArgs, LabSide, PortRange, Selection};
 use crate::core::detector::{DetectorConfig, Windows};
+use crate::core::enforce::{EnforceConfig, Enforcer, Exclude};
+use crate::core::event::{EnforcedInfo, Event};
 use crate::core::event::{Stamped, StartInfo};
 use crate::core::model::Model;
 use crate::core::observation::Observation;
 use crate::core::time::{Mono, mono_now};
 use crate::core::verdict::Thresholds;
+use crate::sinks::enforcer::{Executor, syslog};
 use crate::sources::hysteria_api;
 use crate::sources::live::{Live, QuicOptions};
 use crate::sources::procs::Mode;
@@ -32,12 +35,14 @@ pub struct Pipeline {
     lost_seen: u64,
     /// Stream tables from the server's API poller, when one runs.
     api: std::sync::mpsc::Receiver<Observation>,
+    /// `--enforce`: the rule and its hands.
+    enforcer: Option<(Enforcer, Executor)>,
     _lab: Option<LabChild>,
 }
 
 impl Pipeline {
     /// Validates the options, starts the lab if asked, attaches the probes.
-    pub fn start(sel: &Selection, lab: &LabSide, lab_echo: bool) -> Result<Pipeline> {
+    pub fn start(sel: &Selection, lab: &LabSide, enforce: &EnforceArgs, lab_echo: bool) -> Result<Pipeline> {
         anyhow::ensure!(
             sel.stall_timeout > 0.0 && sel.stall_timeout.is_finite(),
             "--stall-timeout must be a positive number of seconds"
@@ -58,6 +63,7 @@ impl Pipeline {
             sel.ports.push(PortRange { lo: l.server_port, hi: l.server_port });
         }
         let mode = Mode::from_args(&sel.pids, &sel.comms)?;
+        let enforcer = if enforce.enforce { Some(enforcement(enforce, &mode)?) } else { None };
         let th = Thresholds { stall_timeout: Duration::from_secs_f64(sel.stall_timeout), ..Thresholds::default() };
         let quic =
             QuicOptions { ports: sel.ports.iter().flat_map(|r| r.ports()).collect(), ifaces: sel.ifaces.clone() };
@@ -84,7 +90,7 @@ impl Pipeline {
         if let Some(url) = &sel.hysteria_api {
             hysteria_api::spawn_poller(url.clone(), sel.hysteria_secret.clone(), API_EVERY, api_tx);
         }
-        Ok(Pipeline { live, model, start, pending, lost_seen: 0, api, _lab: lab })
+        Ok(Pipeline { live, model, start, pending, lost_seen: 0, api, enforcer, _lab: lab })
     }
 
     /// Waits for kernel events and applies them to the model.
@@ -109,7 +115,43 @@ impl Pipeline {
             tracing::warn!("{} kernel events lost (ring buffer full); verdicts may lag", lost - self.lost_seen);
             self.lost_seen = lost;
         }
-        self.model.tick(now)
+        let mut events = self.model.tick(now);
+        if let Some((rule, hands)) = self.enforcer.as_mut() {
+            for d in rule.decide(now, &self.model.sockets) {
+                let outcome = hands.act(&d);
+                let Some(s) = self.model.sockets.get(outcome.cookie) else { continue };
+                let info = EnforcedInfo {
+                    action: outcome.action,
+                    dry_run: hands.dry_run,
+                    result: outcome.result,
+                    socket: s.info(now),
+                };
+                syslog(&format!(
+                    "enforced: {} {} pid {} {} -> {} (blocked {} ms, unsent {:?} B, peer window {}): {}",
+                    if info.dry_run { "dry-run" } else { info.action },
+                    info.socket.comm,
+                    info.socket.pid,
+                    info.socket.local.as_deref().unwrap_or("?"),
+                    info.socket.remote.as_deref().unwrap_or("?"),
+                    info.socket.blocked_ms,
+                    info.socket.unsent_bytes,
+                    info.socket.peer_window,
+                    info.result
+                ));
+                events.push(Stamped { at: now, event: Event::Enforced(info) });
+            }
+        }
+        events
+    }
+
+    /// "observe", "enforce 10s" or "dry-run 10s", for the dashboard.
+    pub fn mode(&self) -> String {
+        let t = self.start.stall_timeout_ms as f64 / 1000.0;
+        match &self.enforcer {
+            None => "observe".into(),
+            Some((_, h)) if h.dry_run => format!("dry-run {t}s"),
+            Some(_) => format!("enforce {t}s"),
+        }
     }
 
     /// Kernel events lost so far (ring buffers full).
@@ -121,6 +163,57 @@ impl Pipeline {
     /// Kernel events delivered so far.
     pub fn sent(&self) -> u64 {
         self.live.counters()[hystall_common::counter::EVENTS_SENT as usize]
+    }
+}
+
+/// Checks that enforcement may start: an explicit selection or a detected
+/// proxy, the privilege, and a working mechanism. Refuses clearly otherwise.
+fn enforcement(args: &EnforceArgs, mode: &Mode) -> Result<(Enforcer, Executor)> {
+    if !mode.filters() {
+        anyhow::bail!(
+            "--enforce needs --pid or --comm (or a known proxy running): it will not close sockets of every process"
+        );
+    }
+    if !crate::commands::is_root() {
+        anyhow::bail!(
+            "--enforce needs root (CAP_NET_ADMIN to destroy sockets); use --enforce --dry-run to see what it would do"
+        );
+    }
+    if !args.dry_run {
+        match crate::commands::doctor::destroy_works() {
+            Ok(true) => {}
+            Ok(false) | Err(_) if pidfd_works() => {}
+            other => anyhow::bail!(
+                "--enforce: neither SOCK_DESTROY nor pidfd_getfd works on this kernel ({}); nothing would be enforced",
+                match other {
+                    Err(e) => e.to_string(),
+                    _ => "the test socket survived".into(),
+                }
+            ),
+        }
+    }
+    let excludes = args
+        .exclude
+        .iter()
+        .map(|e| Exclude::parse(e))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("--exclude: {e}"))?;
+    anyhow::ensure!(args.max_destroys_per_minute > 0, "--max-destroys-per-minute must be at least 1");
+    let rule =
+        Enforcer::new(EnforceConfig { dry_run: args.dry_run, max_per_minute: args.max_destroys_per_minute, excludes });
+    let hands = Executor::new(args.dry_run).context("sock_diag for enforcement")?;
+    Ok((rule, hands))
+}
+
+/// Whether pidfd_open works here (the fallback when SOCK_DESTROY is missing).
+fn pidfd_works() -> bool {
+    // SAFETY: pidfd_open on our own pid; the fd is closed at once.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as libc::c_int;
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        fd >= 0
     }
 }
 

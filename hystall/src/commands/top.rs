@@ -57,7 +57,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
     let mut term_sig = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int_sig = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     // Probes first: their errors are printed on a normal terminal.
-    let mut p = Pipeline::start(&args.select, &args.lab, false)?;
+    let mut p = Pipeline::start(&args.select, &args.lab, &args.enforce, false)?;
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let mut tui = Tui::new(no_color);
     let clock = WallClock::now();
@@ -93,6 +93,12 @@ pub async fn run(args: TopArgs) -> Result<()> {
             r = p.recv() => r?,
             _ = tick.tick() => {
                 let events = p.tick();
+                for e in &events {
+                    if let crate::core::event::Event::Enforced(x) = &e.event {
+                        let what = if x.dry_run { "would destroy".to_owned() } else { x.result.clone() };
+                        tui.set_action(x.socket.cookie, &what);
+                    }
+                }
                 tui.observe(&p.model, mono_now(), &events, &clock);
             }
             _ = redraw.tick() => {
@@ -146,7 +152,7 @@ fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Hea
             .collect(),
         events_per_sec,
         events_lost: p.lost(),
-        mode: "observe".into(),
+        mode: p.mode(),
         refresh_ms,
     }
 }

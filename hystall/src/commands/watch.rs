@@ -16,7 +16,7 @@ pub async fn run(args: WatchArgs) -> Result<()> {
     // through the normal path (probes dropped, exit 0), not kill the process.
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let mut p = Pipeline::start(&args.select, &args.lab, !args.json)?;
+    let mut p = Pipeline::start(&args.select, &args.lab, &args.enforce, !args.json)?;
 
     let format = if args.json { Format::Json } else { Format::Text };
     let mut out = Lines::new(std::io::stdout().lock(), format, WallClock::now());

@@ -37,6 +37,9 @@ pub enum Event {
     QuicStarved(StarvedInfo),
     /// A starved connection is not any more (`reason` says why).
     QuicRecovered(StarvedInfo),
+    /// `--enforce`: what was done (or, with --dry-run, would have been done) to
+    /// a stalled target socket, and the evidence.
+    Enforced(EnforcedInfo),
 }
 
 impl Event {
@@ -50,6 +53,7 @@ impl Event {
             Event::QuicConnClosed(_) => "quic_conn_closed",
             Event::QuicStarved(_) => "quic_starved",
             Event::QuicRecovered(_) => "quic_recovered",
+            Event::Enforced(_) => "enforced",
         }
     }
 }
@@ -130,6 +134,19 @@ pub struct ConnInfo {
     /// Why it closed (`idle`), for `quic_conn_closed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,
+}
+
+/// An enforcement action on one socket.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EnforcedInfo {
+    /// `destroy` or `refuse`.
+    pub action: &'static str,
+    pub dry_run: bool,
+    /// `destroyed`, `shut down (pidfd)`, `dry-run`, `gone already`, or why not.
+    pub result: String,
+    /// The socket and the evidence (blocked_ms, unsent_bytes, peer_window, ...).
+    #[serde(flatten)]
+    pub socket: SocketInfo,
 }
 
 /// A starved connection as `quic_starved` / `quic_recovered` describe it.

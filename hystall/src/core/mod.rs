@@ -3,6 +3,7 @@
 
 pub mod conns;
 pub mod detector;
+pub mod enforce;
 pub mod event;
 pub mod flows;
 pub mod model;

@@ -145,6 +145,10 @@ fn text(e: &Event) -> String {
         Event::QuicConnClosed(c) => conn_line("QUIC-", c),
         Event::QuicStarved(s) => starved_line("STARVED", s),
         Event::QuicRecovered(s) => starved_line("UNSTARVED", s),
+        Event::Enforced(e) => {
+            let what = if e.dry_run { "would destroy (dry-run)" } else { e.action };
+            format!("{} -> {}", sock_line(&format!("ENFORCE {what}:"), &e.socket), e.result)
+        }
     }
 }
 

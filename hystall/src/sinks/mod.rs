@@ -1,5 +1,6 @@
 //! Sinks: where events go (text or JSON lines, ...). They know nothing of the
 //! kernel; they only format what the core decided.
 
+pub mod enforcer;
 pub mod lines;
 pub mod tui;

@@ -118,6 +118,14 @@ fn describe(e: &Event) -> (&'static str, String, Severity) {
                 ("STARVED", text, Severity::Bad)
             }
         }
+        Event::Enforced(x) => {
+            let what = if x.dry_run { "would destroy (dry-run)" } else { x.action };
+            (
+                if x.dry_run { "DRY-RUN" } else { "ENFORCE" },
+                format!("{what}: {} -> {}", sock(&x.socket), x.result),
+                Severity::Bad,
+            )
+        }
     }
 }
 
