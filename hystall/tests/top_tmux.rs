@@ -1,7 +1,7 @@
 //! Root end-to-end test of `hystall top --lab` in a real terminal (tmux):
 //! the starved lab connection and its stalled targets appear on screen within
-//! the expected time, the detail view opens, and quitting leaves the terminal
-//! and the kernel clean.
+//! the expected time, the detail view opens, a stalled target can be destroyed
+//! by hand (D, then y), and quitting leaves the terminal and the kernel clean.
 
 mod common;
 
@@ -75,6 +75,15 @@ fn top_lab_shows_the_starved_connection_and_quits_cleanly() {
     assert!(detail.contains("stalled"), "evidence in the detail view:\n{detail}");
 
     let _ = tmux(&["send-keys", "-t", SESSION, "Escape"]);
+
+    // Destroy the selected stalled target by hand: D asks, y confirms.
+    let _ = tmux(&["send-keys", "-t", SESSION, "Tab"]);
+    let _ = tmux(&["send-keys", "-t", SESSION, "D"]);
+    wait_for(&["Destroy socket"], Duration::from_secs(3)).unwrap_or_else(|s| panic!("no confirmation asked:\n{s}"));
+    let _ = tmux(&["send-keys", "-t", SESSION, "y"]);
+    // The action in the log, and the destroyed socket closing.
+    wait_for(&["ENFORCE", "CLOSED"], Duration::from_secs(4)).unwrap_or_else(|s| panic!("no destroy:\n{s}"));
+
     let _ = tmux(&["send-keys", "-t", SESSION, "q"]);
     let after = wait_for(&["TOP-EXITED-0"], Duration::from_secs(8)).unwrap_or_else(|s| panic!("after quit:\n{s}"));
     assert!(!after.contains("STARVED"), "the alternate screen is gone:\n{after}");

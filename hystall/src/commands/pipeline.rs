@@ -144,6 +144,42 @@ impl Pipeline {
         events
     }
 
+    /// `top`'s `D` key: destroys one socket by hand, after the user confirmed,
+    /// under the same rule as `--enforce`: only a STALLED target socket (one the
+    /// process connected), and only for real when not in --dry-run.
+    pub fn destroy_by_hand(&mut self, cookie: u64) -> Option<Stamped> {
+        let now = mono_now();
+        let s = self.model.sockets.get(cookie)?;
+        let info = s.info(now);
+        let dry_run = self.enforcer.as_ref().is_some_and(|(_, h)| h.dry_run);
+        let (action, result) = match (s.verdict, s.k.outbound, s.local(), s.remote()) {
+            (crate::core::verdict::Verdict::Stalled, true, Some(local), Some(remote)) => {
+                let d = crate::core::enforce::Decision::Destroy { cookie, pid: s.k.pid, local, remote };
+                let outcome = match self.enforcer.as_mut() {
+                    Some((_, hands)) => hands.act(&d),
+                    None => match Executor::new(false) {
+                        Ok(mut hands) => hands.act(&d),
+                        Err(e) => crate::sinks::enforcer::Outcome {
+                            cookie,
+                            action: "destroy",
+                            result: format!("failed: {e}"),
+                        },
+                    },
+                };
+                (outcome.action, outcome.result)
+            }
+            _ => ("refuse", "refused: only a STALLED target socket (connected by the process) can be destroyed".into()),
+        };
+        let info = EnforcedInfo { action, dry_run, result, socket: info };
+        syslog(&format!(
+            "destroy by hand (top): cookie {cookie} {} -> {}: {}",
+            info.socket.local.as_deref().unwrap_or("?"),
+            info.socket.remote.as_deref().unwrap_or("?"),
+            info.result
+        ));
+        Some(Stamped { at: now, event: Event::Enforced(info) })
+    }
+
     /// "observe", "enforce 10s" or "dry-run 10s", for the dashboard.
     pub fn mode(&self) -> String {
         let t = self.start.stall_timeout_ms as f64 / 1000.0;

@@ -119,6 +119,14 @@ pub async fn run(args: TopArgs) -> Result<()> {
                         if !tui.key(k) {
                             break;
                         }
+                        if let Some(cookie) = tui.take_destroy_request()
+                            && let Some(ev) = p.destroy_by_hand(cookie)
+                        {
+                            if let crate::core::event::Event::Enforced(x) = &ev.event {
+                                tui.set_action(cookie, &x.result);
+                            }
+                            tui.observe(&p.model, mono_now(), &[ev], &clock);
+                        }
                         let now = mono_now();
                         terminal.draw(|f| tui.draw(f, &p.model, now)).context("drawing")?;
                     }

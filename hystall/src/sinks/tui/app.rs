@@ -58,6 +58,10 @@ pub struct App {
     pub help: bool,
     /// Showing the detail of the selection of `focus`.
     pub detail: bool,
+    /// `D` pressed on this socket: waiting for `y`.
+    pub confirm: Option<u64>,
+    /// Confirmed: the socket to destroy by hand (taken by the caller).
+    pub request: Option<u64>,
 }
 
 impl App {
@@ -91,6 +95,13 @@ impl App {
             }
             return true;
         }
+        // A destroy asks first: `y` confirms, any other key cancels.
+        if let Some(cookie) = self.confirm.take() {
+            if k.code == KeyCode::Char('y') {
+                self.request = Some(cookie);
+            }
+            return true;
+        }
         match k.code {
             KeyCode::Char('q') => return false,
             KeyCode::Esc if self.detail => self.detail = false,
@@ -120,9 +131,15 @@ impl App {
                 self.editing = true;
                 self.detail = false;
             }
+            KeyCode::Char('D') if self.focus == Pane::Socks => self.confirm = self.selected_socket(),
             _ => {}
         }
         true
+    }
+
+    /// The cookie of the selected row of the sockets table.
+    pub fn selected_socket(&self) -> Option<u64> {
+        self.visible[1].get(self.sel[1].checked_sub(self.offset[1])?).copied()
     }
 
     fn reset_selection(&mut self) {
@@ -212,6 +229,28 @@ mod tests {
 
     fn key(app: &mut App, code: KeyCode) -> bool {
         app.key(KeyEvent::new(code, KeyModifiers::NONE))
+    }
+
+    #[test]
+    fn destroying_by_hand_asks_first_and_only_y_confirms() {
+        let mut a = App::default();
+        a.focus = Pane::Socks;
+        a.visible[1] = vec![11, 12, 13];
+        a.sel[1] = 1;
+        assert!(key(&mut a, KeyCode::Char('D')));
+        assert_eq!(a.confirm, Some(12));
+        assert!(key(&mut a, KeyCode::Char('n')), "no quits nothing");
+        assert_eq!((a.confirm, a.request), (None, None));
+        key(&mut a, KeyCode::Char('D'));
+        assert!(key(&mut a, KeyCode::Char('q')), "q while asked cancels, it does not quit");
+        assert_eq!(a.request, None);
+        key(&mut a, KeyCode::Char('D'));
+        key(&mut a, KeyCode::Char('y'));
+        assert_eq!(a.request, Some(12));
+        a.focus = Pane::Conns;
+        a.request = None;
+        key(&mut a, KeyCode::Char('D'));
+        assert_eq!(a.confirm, None, "only in the sockets pane");
     }
 
     fn app(conns: usize, socks: usize) -> App {

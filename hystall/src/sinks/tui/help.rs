@@ -16,6 +16,7 @@ const KEYS: &[(&str, &str)] = &[
     ("s", "cycle the sort order of the pane"),
     ("/", "filter rows (Enter keeps it, Esc clears it)"),
     ("p", "pause / resume (the view is frozen)"),
+    ("D", "destroy the selected STALLED socket (asks y/n)"),
     ("?", "this help"),
     ("mouse", "click a row to select it, wheel to move"),
 ];

@@ -145,6 +145,11 @@ impl Tui {
         self.app.paused
     }
 
+    /// A socket the user confirmed destroying by hand (`D`, then `y`), once.
+    pub fn take_destroy_request(&mut self) -> Option<u64> {
+        self.app.request.take()
+    }
+
     pub fn draw(&mut self, frame: &mut Frame, model: &Model, now: Mono) {
         let area = frame.area();
         if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
@@ -305,7 +310,12 @@ impl Tui {
 
     fn footer(&self, f: &mut Frame, area: Rect) {
         let t = &self.theme;
-        let line = if self.app.editing {
+        let line = if let Some(cookie) = self.app.confirm {
+            Line::from(vec![Span::styled(
+                format!("Destroy socket {cookie} (SOCK_DESTROY)? y: yes, any other key: no"),
+                t.warn(),
+            )])
+        } else if self.app.editing {
             Line::from(vec![
                 Span::styled("/", t.title()),
                 Span::raw(format!("{}▏", self.app.filter)),
