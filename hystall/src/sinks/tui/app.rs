@@ -233,10 +233,7 @@ mod tests {
 
     #[test]
     fn destroying_by_hand_asks_first_and_only_y_confirms() {
-        let mut a = App::default();
-        a.focus = Pane::Socks;
-        a.visible[1] = vec![11, 12, 13];
-        a.sel[1] = 1;
+        let mut a = App { focus: Pane::Socks, visible: [vec![], vec![11, 12, 13]], sel: [0, 1, 0], ..App::default() };
         assert!(key(&mut a, KeyCode::Char('D')));
         assert_eq!(a.confirm, Some(12));
         assert!(key(&mut a, KeyCode::Char('n')), "no quits nothing");
