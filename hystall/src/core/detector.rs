@@ -184,13 +184,14 @@ impl Detector {
         let cfg = self.cfg;
         let stalled: Vec<&Socket> =
             socks.iter().filter(|s| s.closed.is_none() && s.verdict == Verdict::Stalled && s.k.outbound).collect();
-        let owner_of = |c: &Conn| -> Option<u32> {
-            c.server_ports().iter().find_map(|p| owners.get(p).copied()).or_else(|| {
-                // One process serves here: it owns the connection.
-                let pids: BTreeSet<u32> = owners.values().copied().collect();
-                (pids.len() == 1).then(|| *pids.iter().next().expect("one"))
-            })
+        // One process serves here: it owns every connection (computed once a
+        // tick, not per socket and connection).
+        let sole_owner = {
+            let pids: BTreeSet<u32> = owners.values().copied().collect();
+            (pids.len() == 1).then(|| *pids.iter().next().expect("one"))
         };
+        let owner_of =
+            |c: &Conn| -> Option<u32> { c.server_ports().iter().find_map(|p| owners.get(p).copied()).or(sole_owner) };
 
         // Attribution: each stalled target to the connection that carried client
         // bulk when bytes last moved into it.
@@ -199,13 +200,16 @@ impl Detector {
             .iter()
             .filter(|c| c.closed.is_none() && c.opened_reported && c.alive(now, cfg.alive_window))
             .collect();
+        let alive_owner: Vec<Option<u32>> = alive.iter().map(|c| owner_of(c)).collect();
         let mut assigned: HashMap<u64, Vec<(u64, f64)>> = HashMap::new();
         for s in &stalled {
             let fed_at = s.k.last_send.or(s.k.first_seen).unwrap_or(Mono::ZERO);
             let mut blind = false;
             let mut scores: Vec<(u64, f64)> = alive
                 .iter()
-                .filter(|c| owner_of(c).is_none_or(|p| p == s.k.pid))
+                .zip(&alive_owner)
+                .filter(|(_, o)| o.is_none_or(|p| p == s.k.pid))
+                .map(|(c, _)| c)
                 .filter_map(|c| {
                     let slack = cfg.attribution_slack.as_nanos() as u64;
                     let Some(bulk) = c.last_bulk(Dir::C2s) else {
