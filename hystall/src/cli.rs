@@ -26,6 +26,9 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Reproduce the failure on loopback (targets that stall, slow, ...).
     Lab(LabArgs),
+    /// Watch like `watch` and save what the probes saw to FILE (size-bounded,
+    /// rotated), to replay later with `watch --replay` or `top --replay`.
+    Record(RecordArgs),
 }
 
 /// Which processes and sockets to watch; shared by `watch` and `top`.
@@ -158,6 +161,36 @@ pub struct WatchArgs {
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// Play back a recording (`hystall record`) or a capture (pcap/pcapng)
+    /// through the detector instead of watching live, as fast as it reads.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["lab", "enforce"])]
+    pub replay: Option<PathBuf>,
+    /// With --replay of a capture: the TLS key log (SSLKEYLOGFILE) to decrypt it.
+    #[arg(long, value_name = "FILE", requires = "replay")]
+    pub keylog: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Where to write the recording (older parts become FILE.1, FILE.2, ...).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub select: Selection,
+    #[command(flatten)]
+    pub lab: LabSide,
+    /// Rotate the file when it reaches this many MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 100)]
+    pub max_size: u64,
+    /// Keep this many rotated parts besides FILE (older ones are deleted).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub keep: u32,
+    /// Print the events as JSON lines (default: text).
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
 }
 
 #[derive(Debug, Args)]
@@ -174,6 +207,16 @@ pub struct TopArgs {
     /// Quit after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// Browse a recording (`hystall record`) or a capture (pcap/pcapng) instead
+    /// of the live node: it plays in capture time, at --speed.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["lab", "enforce"])]
+    pub replay: Option<PathBuf>,
+    /// With --replay of a capture: the TLS key log (SSLKEYLOGFILE) to decrypt it.
+    #[arg(long, value_name = "FILE", requires = "replay")]
+    pub keylog: Option<PathBuf>,
+    /// With --replay: playback speed (1 = as recorded; 0 = jump to the end).
+    #[arg(long, value_name = "X", default_value_t = 1.0, requires = "replay")]
+    pub speed: f64,
 }
 
 #[derive(Debug, Args)]

@@ -3,6 +3,8 @@
 pub mod doctor;
 pub mod lab_side;
 pub mod pipeline;
+pub mod record;
+pub mod replay;
 pub mod top;
 pub mod watch;
 

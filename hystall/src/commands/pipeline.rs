@@ -13,9 +13,12 @@ use crate::core::event::{EnforcedInfo, Event};
 use crate::core::event::{Stamped, StartInfo};
 use crate::core::model::Model;
 use crate::core::observation::Observation;
+use crate::core::recording::Header as RecHeader;
 use crate::core::time::{Mono, mono_now};
+use crate::core::timeline::ModelOptions;
 use crate::core::verdict::Thresholds;
 use crate::sinks::enforcer::{Executor, syslog};
+use crate::sinks::recorder::Recorder;
 use crate::sources::hysteria_api;
 use crate::sources::live::{Live, QuicOptions};
 use crate::sources::procs::Mode;
@@ -37,6 +40,10 @@ pub struct Pipeline {
     api: std::sync::mpsc::Receiver<Observation>,
     /// `--enforce`: the rule and its hands.
     enforcer: Option<(Enforcer, Executor)>,
+    /// `hystall record`: every observation and tick, to a file.
+    recorder: Option<Recorder>,
+    /// The options the model was built with (for recordings).
+    pub options: ModelOptions,
     _lab: Option<LabChild>,
 }
 
@@ -84,31 +91,72 @@ impl Pipeline {
         let windows = Windows { stream: mib(sel.stream_window), conn: mib(sel.conn_window) };
         let detector = DetectorConfig { windows, stall_timeout: th.stall_timeout, ..Default::default() };
         let model = Model::new(th, Duration::from_secs_f64(sel.quic_idle), detector);
+        let options = ModelOptions {
+            stall_timeout_ms: th.stall_timeout.as_millis() as u64,
+            quic_idle_ms: (sel.quic_idle * 1000.0) as u64,
+            stream_window: windows.stream,
+            conn_window: windows.conn,
+        };
         let mut pending = Vec::new();
         live.seed(mono_now(), &mut pending);
         let (api_tx, api) = std::sync::mpsc::channel();
         if let Some(url) = &sel.hysteria_api {
             hysteria_api::spawn_poller(url.clone(), sel.hysteria_secret.clone(), API_EVERY, api_tx);
         }
-        Ok(Pipeline { live, model, start, pending, lost_seen: 0, api, enforcer, _lab: lab })
+        Ok(Pipeline { live, model, start, pending, lost_seen: 0, api, enforcer, recorder: None, options, _lab: lab })
     }
 
     /// Waits for kernel events and applies them to the model.
     pub async fn recv(&mut self) -> Result<()> {
         self.live.recv(&mut self.pending).await.context("reading kernel events")?;
+        self.apply_pending()
+    }
+
+    /// Records (when recording) and applies what the sources saw.
+    fn apply_pending(&mut self) -> Result<()> {
         for o in self.pending.drain(..) {
+            if let Some(r) = self.recorder.as_mut() {
+                r.obs(&o)?;
+            }
             self.model.apply(o);
         }
         Ok(())
     }
 
+    /// Starts recording the run into `path` (`hystall record`).
+    pub fn record(&mut self, path: &std::path::Path, max_bytes: u64, keep: u32) -> Result<()> {
+        let header = RecHeader {
+            hystall_version: env!("CARGO_PKG_VERSION").into(),
+            node: std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_owned()).unwrap_or_default(),
+            wall_offset_ns: crate::core::time::WallClock::now().offset_ns(),
+            options: self.options.clone(),
+            pids: self.start.pids.clone(),
+            comms: self.start.comms.clone(),
+            part: 0,
+        };
+        self.recorder = Some(Recorder::create(path, header, max_bytes, keep)?);
+        Ok(())
+    }
+
+    /// Ends the recording: (bytes written over all parts, steps).
+    pub fn finish_recording(&mut self) -> Result<Option<(u64, u64)>> {
+        match self.recorder.take() {
+            Some(r) => {
+                let steps = r.steps;
+                Ok(Some((r.finish()?, steps)))
+            }
+            None => Ok(None),
+        }
+    }
+
     /// One tick: polls the sources, judges, returns the events.
-    pub fn tick(&mut self) -> Vec<Stamped> {
+    pub fn tick(&mut self) -> Result<Vec<Stamped>> {
         let now: Mono = mono_now();
         self.live.poll(now, &self.model.sockets.wanted(now), &mut self.pending);
         self.pending.extend(self.api.try_iter());
-        for o in self.pending.drain(..) {
-            self.model.apply(o);
+        self.apply_pending()?;
+        if let Some(r) = self.recorder.as_mut() {
+            r.tick(now, &self.model)?;
         }
         let lost = self.lost();
         if lost > self.lost_seen {
@@ -141,7 +189,7 @@ impl Pipeline {
                 events.push(Stamped { at: now, event: Event::Enforced(info) });
             }
         }
-        events
+        Ok(events)
     }
 
     /// `top`'s `D` key: destroys one socket by hand, after the user confirmed,

@@ -22,7 +22,9 @@ use tokio::sync::mpsc;
 
 use super::pipeline::{Pipeline, TICK, deadline};
 use crate::cli::TopArgs;
-use crate::core::time::{WallClock, mono_now};
+use crate::core::event::Stamped;
+use crate::core::time::{Mono, WallClock, mono_now};
+use crate::core::timeline::{Player, Step};
 use crate::sinks::tui::{Header, Tui};
 
 /// Raw mode, alternate screen and mouse capture, undone on drop.
@@ -53,14 +55,99 @@ impl Drop for TermGuard {
     }
 }
 
+/// What the dashboard shows: the live node, or a file played back.
+enum Feed {
+    Live(Box<Pipeline>),
+    Replay(Box<ReplayFeed>),
+}
+
+/// A timeline played in its own time, `speed` times as fast as recorded.
+struct ReplayFeed {
+    player: Player<Box<dyn Iterator<Item = Step>>>,
+    title: String,
+    started: Instant,
+    speed: f64,
+    ended: bool,
+    warnings: Box<dyn FnMut() -> Vec<String>>,
+}
+
+impl Feed {
+    async fn recv(&mut self) -> Result<()> {
+        match self {
+            Feed::Live(p) => p.recv().await,
+            Feed::Replay(_) => std::future::pending().await,
+        }
+    }
+
+    fn tick(&mut self) -> Result<Vec<Stamped>> {
+        match self {
+            Feed::Live(p) => p.tick(),
+            Feed::Replay(r) => {
+                let t0 = r.player.start.unwrap_or_default();
+                let target = if r.speed <= 0.0 {
+                    Mono(u64::MAX)
+                } else {
+                    Mono(t0.0.saturating_add((r.started.elapsed().as_secs_f64() * r.speed * 1e9) as u64))
+                };
+                let events = r.player.advance_to(target);
+                if !r.ended && r.player.next_at().is_none() {
+                    r.ended = true;
+                    for w in (r.warnings)() {
+                        tracing::warn!("{w}");
+                    }
+                }
+                Ok(events)
+            }
+        }
+    }
+
+    fn now(&self) -> Mono {
+        match self {
+            Feed::Live(_) => mono_now(),
+            Feed::Replay(r) => r.player.now,
+        }
+    }
+
+    fn model(&self) -> &crate::core::model::Model {
+        match self {
+            Feed::Live(p) => &p.model,
+            Feed::Replay(r) => &r.player.model,
+        }
+    }
+
+    fn sent(&self) -> u64 {
+        match self {
+            Feed::Live(p) => p.sent(),
+            Feed::Replay(_) => 0,
+        }
+    }
+}
+
 pub async fn run(args: TopArgs) -> Result<()> {
     let mut term_sig = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int_sig = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    // Probes first: their errors are printed on a normal terminal.
-    let mut p = Pipeline::start(&args.select, &args.lab, &args.enforce, false)?;
+    // Probes (or the file) first: their errors are printed on a normal terminal.
+    let (mut feed, clock) = match &args.replay {
+        None => {
+            (Feed::Live(Box::new(Pipeline::start(&args.select, &args.lab, &args.enforce, false)?)), WallClock::now())
+        }
+        Some(file) => {
+            anyhow::ensure!(args.speed >= 0.0 && args.speed.is_finite(), "--speed must be 0 or more");
+            let t = super::replay::open(file, args.keylog.as_deref(), &args.select)?;
+            let player = Player::new(t.options.model(), t.steps);
+            let feed = ReplayFeed {
+                player,
+                title: t.title,
+                started: Instant::now(),
+                speed: args.speed,
+                ended: false,
+                warnings: t.warnings,
+            };
+            (Feed::Replay(Box::new(feed)), t.wall)
+        }
+    };
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let mut tui = Tui::new(no_color);
-    let clock = WallClock::now();
 
     let _guard = TermGuard::enter()?;
     let mut terminal: Terminal<CrosstermBackend<Stdout>> =
@@ -83,34 +170,37 @@ pub async fn run(args: TopArgs) -> Result<()> {
     let mut redraw = tokio::time::interval(refresh);
     let end = deadline(args.duration);
     tokio::pin!(end);
-    let (mut rate_at, mut rate_sent, mut events_per_sec) = (Instant::now(), p.sent(), 0.0);
+    let (mut rate_at, mut rate_sent, mut events_per_sec) = (Instant::now(), feed.sent(), 0.0);
 
     loop {
         tokio::select! {
             _ = term_sig.recv() => break,
             _ = int_sig.recv() => break,
             _ = &mut end => break,
-            r = p.recv() => r?,
+            r = feed.recv() => r?,
             _ = tick.tick() => {
-                let events = p.tick();
+                let events = feed.tick()?;
                 for e in &events {
                     if let crate::core::event::Event::Enforced(x) = &e.event {
                         let what = if x.dry_run { "would destroy".to_owned() } else { x.result.clone() };
                         tui.set_action(x.socket.cookie, &what);
                     }
                 }
-                tui.observe(&p.model, mono_now(), &events, &clock);
+                tui.observe(feed.model(), feed.now(), &events, &clock);
             }
             _ = redraw.tick() => {
                 let dt = rate_at.elapsed().as_secs_f64();
                 if dt >= 1.0 {
-                    let sent = p.sent();
+                    let sent = feed.sent();
                     events_per_sec = (sent - rate_sent) as f64 / dt;
                     (rate_at, rate_sent) = (Instant::now(), sent);
                 }
-                tui.set_header(header(&p, &node, events_per_sec, args.refresh));
-                let now = mono_now();
-                terminal.draw(|f| tui.draw(f, &p.model, now)).context("drawing")?;
+                tui.set_header(match &feed {
+                    Feed::Live(p) => header(p, &node, events_per_sec, args.refresh),
+                    Feed::Replay(r) => replay_header(r, &clock, args.refresh),
+                });
+                let now = feed.now();
+                terminal.draw(|f| tui.draw(f, feed.model(), now)).context("drawing")?;
             }
             Some(ev) = keys.recv() => {
                 match ev {
@@ -120,6 +210,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
                             break;
                         }
                         if let Some(cookie) = tui.take_destroy_request()
+                            && let Feed::Live(p) = &mut feed
                             && let Some(ev) = p.destroy_by_hand(cookie)
                         {
                             if let crate::core::event::Event::Enforced(x) = &ev.event {
@@ -127,21 +218,38 @@ pub async fn run(args: TopArgs) -> Result<()> {
                             }
                             tui.observe(&p.model, mono_now(), &[ev], &clock);
                         }
-                        let now = mono_now();
-                        terminal.draw(|f| tui.draw(f, &p.model, now)).context("drawing")?;
+                        let now = feed.now();
+                        terminal.draw(|f| tui.draw(f, feed.model(), now)).context("drawing")?;
                     }
                     TermEvent::Mouse(m) => tui.mouse(m),
                     TermEvent::Resize(..) => {
-                        let now = mono_now();
-                        terminal.draw(|f| tui.draw(f, &p.model, now)).context("drawing")?;
+                        let now = feed.now();
+                        terminal.draw(|f| tui.draw(f, feed.model(), now)).context("drawing")?;
                     }
                     _ => {}
                 }
             }
         }
     }
-    // Drop order: the terminal is restored (guard), then the probes detached (p).
+    // Drop order: the terminal is restored (guard), then the probes detached (feed).
     Ok(())
+}
+
+/// The header of a replay: the file, the position in it, the speed.
+fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
+    let at = r.player.now;
+    let pos = at.since(r.player.start.unwrap_or(at)).as_secs_f64();
+    let state = if r.ended { "ended".to_owned() } else { format!("x{}", r.speed) };
+    Header {
+        node: r.title.clone(),
+        processes: Vec::new(),
+        probes_attached: Vec::new(),
+        probes_degraded: Vec::new(),
+        events_per_sec: 0.0,
+        events_lost: 0,
+        mode: format!("replay +{pos:.1}s {state} ({})", &clock.rfc3339(at)[..19]),
+        refresh_ms,
+    }
 }
 
 fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Header {

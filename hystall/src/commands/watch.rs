@@ -12,11 +12,29 @@ use crate::core::time::{WallClock, mono_now};
 use crate::sinks::lines::{Format, Lines};
 
 pub async fn run(args: WatchArgs) -> Result<()> {
+    if let Some(file) = &args.replay {
+        return super::replay::watch(file, args.keylog.as_deref(), &args.select, args.json);
+    }
+    run_live(args, None).await
+}
+
+/// `hystall record`: where the recording goes.
+pub struct RecordTo<'a> {
+    pub path: &'a std::path::Path,
+    pub max_bytes: u64,
+    pub keep: u32,
+}
+
+/// Watches live, optionally recording the run.
+pub async fn run_live(args: WatchArgs, record: Option<RecordTo<'_>>) -> Result<()> {
     // Handlers first: a SIGTERM right after start-up must still end the run
     // through the normal path (probes dropped, exit 0), not kill the process.
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut p = Pipeline::start(&args.select, &args.lab, &args.enforce, !args.json)?;
+    if let Some(r) = &record {
+        p.record(r.path, r.max_bytes, r.keep)?;
+    }
 
     let format = if args.json { Format::Json } else { Format::Text };
     let mut out = Lines::new(std::io::stdout().lock(), format, WallClock::now());
@@ -33,15 +51,22 @@ pub async fn run(args: WatchArgs) -> Result<()> {
             _ = &mut end => break,
             r = p.recv() => r?,
             _ = tick.tick() => {
-                for e in p.tick() {
+                for e in p.tick()? {
                     if emit(&mut out, &e)? {
-                        return Ok(());
+                        return finish(&mut p, &record);
                     }
                 }
             }
         }
     }
+    finish(&mut p, &record)
     // `p` drops here: programs detached, maps freed, then the lab stopped.
+}
+
+fn finish(p: &mut Pipeline, record: &Option<RecordTo<'_>>) -> Result<()> {
+    if let (Some((bytes, steps)), Some(r)) = (p.finish_recording()?, record) {
+        eprintln!("hystall: recorded {steps} steps, {bytes} bytes, to {}", r.path.display());
+    }
     Ok(())
 }
 

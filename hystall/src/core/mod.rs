@@ -9,8 +9,10 @@ pub mod flows;
 pub mod model;
 pub mod observation;
 pub mod quic;
+pub mod recording;
 pub mod sockets;
 pub mod time;
+pub mod timeline;
 pub mod verdict;
 
 pub use event::{Event, SocketInfo};

@@ -48,6 +48,11 @@ impl WallClock {
         WallClock { offset_ns }
     }
 
+    /// realtime − monotonic, in nanoseconds (kept in recordings).
+    pub fn offset_ns(&self) -> i128 {
+        self.offset_ns
+    }
+
     /// Unix time in nanoseconds of `t`.
     pub fn unix_ns(&self, t: Mono) -> i128 {
         t.0 as i128 + self.offset_ns

@@ -5,5 +5,6 @@ pub mod live;
 pub mod probes;
 pub mod procs;
 pub mod quic;
+pub mod replay;
 pub mod seed;
 pub mod sockdiag;

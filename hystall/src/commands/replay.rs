@@ -1,0 +1,87 @@
+//! `--replay FILE`: opens a recording or a capture as a timeline, and plays it
+//! through the same model and detector as a live run.
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::cli::Selection;
+use crate::core::event::{Event, Stamped, StartInfo};
+use crate::core::time::WallClock;
+use crate::core::timeline::{ModelOptions, Player, Step};
+use crate::sinks::lines::{Format, Lines};
+
+/// A run to play back, whatever file it came from.
+pub struct Timeline {
+    /// What the header line says ("recording run.hrec (node n1, part 0)").
+    pub title: String,
+    pub wall: WallClock,
+    pub options: ModelOptions,
+    pub start: StartInfo,
+    pub steps: Box<dyn Iterator<Item = Step>>,
+    /// Called after the last step: warnings about the file (cut short, skipped packets…).
+    pub warnings: Box<dyn FnMut() -> Vec<String>>,
+}
+
+pub fn open(path: &Path, _keylog: Option<&Path>, _sel: &Selection) -> Result<Timeline> {
+    if crate::sources::replay::is_recording(path) {
+        let rec = crate::sources::replay::open_recording(path)?;
+        let h = &rec.header;
+        let (err, truncated) = (rec.error.clone(), rec.truncated.clone());
+        let name = path.display().to_string();
+        return Ok(Timeline {
+            title: format!("replay of {} (node {}, part {})", name, h.node, h.part),
+            wall: WallClock::fixed(h.wall_offset_ns),
+            options: h.options.clone(),
+            start: StartInfo {
+                pids: h.pids.clone(),
+                comms: h.comms.clone(),
+                all_processes: h.pids.is_empty() && h.comms.is_empty(),
+                stall_timeout_ms: h.options.stall_timeout_ms,
+                probes: Vec::new(),
+            },
+            steps: rec.steps,
+            warnings: Box::new(move || {
+                let mut w = Vec::new();
+                if let Some(e) = err.borrow_mut().take() {
+                    w.push(format!("{name}: {e}; the replay stops there"));
+                }
+                if *truncated.borrow() {
+                    w.push(format!("{name}: the last frame is cut short (the recorder was stopped mid-write)"));
+                }
+                w
+            }),
+        });
+    }
+    anyhow::bail!("{}: not a hystall recording", path.display())
+}
+
+/// `watch --replay FILE`: every event, as fast as the file reads.
+pub fn watch(path: &Path, keylog: Option<&Path>, sel: &Selection, json: bool) -> Result<()> {
+    let mut t = open(path, keylog, sel)?;
+    let format = if json { Format::Json } else { Format::Text };
+    let mut out = Lines::new(std::io::stdout().lock(), format, t.wall);
+    let mut player = Player::new(t.options.model(), t.steps);
+    let first = player.start.unwrap_or_default();
+    let emit = |out: &mut Lines<_>, e: &Stamped| -> Result<bool> {
+        match out.emit(e) {
+            Ok(()) => Ok(false),
+            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(true),
+            Err(err) => Err(err.into()),
+        }
+    };
+    if emit(&mut out, &Stamped { at: first, event: Event::WatchStarted(t.start.clone()) })? {
+        return Ok(());
+    }
+    while let Some(at) = player.next_at() {
+        for e in player.advance_to(at) {
+            if emit(&mut out, &e)? {
+                return Ok(());
+            }
+        }
+    }
+    for w in (t.warnings)() {
+        eprintln!("hystall: warning: {w}");
+    }
+    Ok(())
+}
