@@ -57,6 +57,8 @@ pub struct Conn {
     pub rate: Rates,
     pub opened_reported: bool,
     pub closed: Option<Mono>,
+    /// What decrypted frames show (captures with a key log only).
+    pub frames: Option<super::frames::FrameState>,
     /// Recent (time, c2s, s2c) sums, for rates over a few seconds.
     history: std::collections::VecDeque<(Mono, DirCounters, DirCounters)>,
 }
@@ -173,6 +175,15 @@ impl ConnTable {
         self.conns.values()
     }
 
+    /// Decrypted-frame figures for the connection of `sample.flow` (offline).
+    pub fn frames(&mut self, sample: super::frames::FrameSample) {
+        if let Some(id) = self.conn_of(&sample.flow)
+            && let Some(c) = self.conns.get_mut(&id)
+        {
+            c.frames = Some(sample.state);
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.conns.len()
     }
@@ -203,6 +214,7 @@ impl ConnTable {
                 rate: Rates::default(),
                 opened_reported: false,
                 closed: None,
+                frames: None,
                 history: Default::default(),
             },
         );

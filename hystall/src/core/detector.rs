@@ -29,6 +29,7 @@ use serde::Serialize;
 use super::conns::{Conn, ConnTable};
 use super::event::{Event, Stamped, StarvedInfo, StarvedTarget};
 use super::flows::Dir;
+use super::frames::{FrameEvidence, FrameState};
 use super::model::conn_info;
 use super::observation::ServerStream;
 use super::sockets::{Socket, SocketTable};
@@ -247,7 +248,11 @@ impl Detector {
             let quiet = now.since(bulk) >= cfg.bulk_quiet;
             let targets = assigned.remove(&c.id).unwrap_or_default();
             let k = targets.len();
-            let confidence = if k >= need {
+            // Decrypted frames (offline) prove it or not, whatever the targets.
+            let proof = c.frames.as_ref().and_then(|f| frame_proof(f, now, cfg.bulk_quiet));
+            let confidence = if proof.is_some() {
+                Confidence::Confirmed
+            } else if k >= need {
                 Confidence::Likely
             } else if k + 1 >= need && k >= 1 {
                 Confidence::Suspected
@@ -257,10 +262,10 @@ impl Detector {
             let prev = self.starved.get(&c.id);
             // Hysteresis: a starved connection stays so until client bulk flows
             // again (the quiet test) or its stalled targets are gone (k above).
-            if !quiet && prev.is_none_or(|p| bulk > p.since) && c.last_bulk(Dir::C2s).is_some() {
+            if proof.is_none() && !quiet && prev.is_none_or(|p| bulk > p.since) && c.last_bulk(Dir::C2s).is_some() {
                 continue;
             }
-            let since = prev.map_or(bulk, |p| p.since);
+            let since = prev.map_or(proof.unwrap_or(bulk), |p| p.since);
             let api = streams.and_then(|s| confirm(&targets, socks, s, now, cfg.stall_timeout));
             let confidence = match &api {
                 Some(a) if a.matching >= need => Confidence::Confirmed,
@@ -294,6 +299,34 @@ impl Detector {
         self.starved = now_starved;
         out.sort_by_key(|e| e.at);
         out
+    }
+}
+
+/// When the client's stream data stopped, if decrypted frames prove the
+/// connection starved: the client used up the server's connection limit, sent
+/// no new stream data for `quiet`, the server never raised the limit since, and
+/// the client still sends ACK or DATAGRAM frames (it is alive, only blocked).
+pub fn frame_proof(f: &FrameState, now: Mono, quiet: Duration) -> Option<Mono> {
+    f.client_blocked_at_limit()?;
+    let stop = f.last_stream[0]?;
+    (now.since(stop) >= quiet && f.max_data_raised.is_none_or(|r| r <= stop) && f.client_alive_after(stop))
+        .then_some(stop)
+}
+
+fn frame_evidence(f: &FrameState, now: Mono) -> FrameEvidence {
+    FrameEvidence {
+        max_data: f.server_max_data.unwrap_or_default(),
+        client_consumed: f.client_consumed,
+        data_blocked_limit: f.data_blocked.map(|(l, _, _)| l),
+        data_blocked_frames: f.data_blocked_frames,
+        stream_data_blocked_frames: f.stream_data_blocked,
+        client_stream_quiet_ms: f.last_stream[0].map_or(0, |t| now.since(t).as_millis() as u64),
+        max_data_raised_ms_ago: f.max_data_raised.map(|t| now.since(t).as_millis() as u64),
+        client_acks: f.acks[0],
+        client_datagrams: f.datagrams[0],
+        server_datagrams: f.datagrams[1],
+        reset_stream: f.reset_stream.iter().sum(),
+        stop_sending: f.stop_sending.iter().sum(),
     }
 }
 
@@ -346,6 +379,7 @@ fn info(
             conn_window: w.conn,
             unsent_bytes: targets.iter().filter_map(|t| t.unsent_bytes.map(u64::from)).sum(),
             server_streams: st.api.clone(),
+            frames: c.frames.as_ref().map(|f| frame_evidence(f, now)),
             targets,
         },
         reason,
@@ -491,6 +525,74 @@ mod tests {
         let st = n.det.get(1).unwrap();
         assert_eq!(st.since, s(5.0), "client bulk stopped at 5 s");
         assert!(st.targets.iter().all(|(_, strength)| *strength == 1.0));
+    }
+
+    /// Frames of a client that used up the 20 MiB connection credit at 5 s.
+    fn blocked_frames(last_stream: f64, acks_until: f64) -> crate::core::frames::FrameState {
+        crate::core::frames::FrameState {
+            opened: [500, 400],
+            stream_bytes: [20 << 20, 0],
+            last_stream: [Some(s(last_stream)), None],
+            acks: [100, 80],
+            last_ack: [Some(s(acks_until)), Some(s(acks_until))],
+            datagrams: [10, 10],
+            last_datagram: [Some(s(acks_until)), Some(s(acks_until))],
+            client_consumed: 20 << 20,
+            server_max_data: Some(20 << 20),
+            data_blocked: Some((20 << 20, s(last_stream), s(acks_until))),
+            data_blocked_frames: 1,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn decrypted_frames_confirm_it_without_any_target() {
+        use crate::core::frames::FrameSample;
+        let mut n = Node::new();
+        n.connect(1000, 0.0);
+        let mut events = Vec::new();
+        for t in 1..=5 {
+            n.second(1000, t as f64, true);
+            events.extend(n.tick(t as f64));
+        }
+        for t in 6..=12 {
+            n.second(1000, t as f64, false);
+            let state = blocked_frames(5.0, t as f64);
+            n.conns.frames(FrameSample { flow: Node::flow(1000), state });
+            events.extend(n.tick(t as f64));
+        }
+        assert_eq!(starved(&events), vec![(1, "confirmed", 0)]);
+        let st = n.det.get(1).unwrap();
+        assert_eq!(st.since, s(5.0), "the client's last STREAM frame");
+        let Some(Event::QuicStarved(info)) = events.first().map(|e| &e.event) else { panic!() };
+        let f = info.evidence.frames.as_ref().expect("frame evidence");
+        assert_eq!((f.max_data, f.client_consumed, f.data_blocked_limit), (20 << 20, 20 << 20, Some(20 << 20)));
+
+        // The server raises MAX_DATA and the client sends again: recovered.
+        let mut state = blocked_frames(13.0, 13.0);
+        state.server_max_data = Some(40 << 20);
+        state.max_data_raised = Some(s(12.5));
+        n.second(1000, 13.0, true);
+        n.conns.frames(FrameSample { flow: Node::flow(1000), state });
+        let after = n.tick(13.0);
+        assert!(after.iter().any(|e| matches!(e.event, Event::QuicRecovered(_))), "{after:?}");
+    }
+
+    #[test]
+    fn frames_of_an_idle_client_with_credit_left_prove_nothing() {
+        use crate::core::frames::FrameSample;
+        let mut n = Node::new();
+        n.connect(1000, 0.0);
+        let mut events = Vec::new();
+        for t in 1..=12 {
+            n.second(1000, t as f64, t <= 5);
+            let mut state = blocked_frames(5.0, t as f64);
+            state.client_consumed = 3 << 20;
+            state.data_blocked = None;
+            n.conns.frames(FrameSample { flow: Node::flow(1000), state });
+            events.extend(n.tick(t as f64));
+        }
+        assert!(starved(&events).is_empty(), "{events:?}");
     }
 
     #[test]

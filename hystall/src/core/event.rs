@@ -191,6 +191,9 @@ pub struct StarvedEvidence {
     /// The server's own stream table (`--hysteria-api`), when available.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_streams: Option<super::detector::ApiEvidence>,
+    /// What the decrypted QUIC frames show (captures with a key log).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frames: Option<super::frames::FrameEvidence>,
     pub targets: Vec<StarvedTarget>,
 }
 

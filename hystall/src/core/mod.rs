@@ -6,6 +6,7 @@ pub mod detector;
 pub mod enforce;
 pub mod event;
 pub mod flows;
+pub mod frames;
 pub mod model;
 pub mod observation;
 pub mod quic;

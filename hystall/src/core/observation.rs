@@ -134,6 +134,12 @@ pub enum Observation {
         at: Mono,
         ports: Vec<(u16, u32)>,
     },
+    /// What decrypted frames show of the connection a flow belongs to
+    /// (captures with a key log), replacing the previous figures.
+    Frames {
+        at: Mono,
+        sample: super::frames::FrameSample,
+    },
 }
 
 impl Observation {
@@ -145,6 +151,7 @@ impl Observation {
             | Observation::Header { at, .. }
             | Observation::FlowCounts { at, .. }
             | Observation::Owners { at, .. }
+            | Observation::Frames { at, .. }
             | Observation::Streams { at, .. } => *at,
         }
     }

@@ -126,7 +126,8 @@ impl SocketTable {
             Observation::Header { .. }
             | Observation::FlowCounts { .. }
             | Observation::Owners { .. }
-            | Observation::Streams { .. } => {}
+            | Observation::Streams { .. }
+            | Observation::Frames { .. } => {}
         }
     }
 
