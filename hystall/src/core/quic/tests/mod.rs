@@ -1,6 +1,7 @@
 //! Tests: RFC vectors, built datagrams, robustness, and a quinn-proto cross-check.
 
 mod coalesced;
+mod crypto_rfc;
 mod quinn;
 mod rfc;
 mod robust;
