@@ -71,10 +71,12 @@ impl Ack<'_> {
             let current = next.take()?;
             if left > 0 {
                 left -= 1;
-                let gap = cursor.varint("gap").ok()?;
-                let len = cursor.varint("range").ok()?;
-                let high = current.0.checked_sub(gap)?.checked_sub(2);
-                next = high.and_then(|h| h.checked_sub(len).map(|low| (low, h)));
+                let gap = cursor.varint("gap").ok();
+                let len = cursor.varint("range").ok();
+                next = gap.zip(len).and_then(|(gap, len)| {
+                    let high = current.0.checked_sub(gap)?.checked_sub(2)?;
+                    Some((high.checked_sub(len)?, high))
+                });
             }
             Some(current)
         })

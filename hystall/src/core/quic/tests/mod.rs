@@ -2,6 +2,8 @@
 
 mod coalesced;
 mod crypto_rfc;
+mod frames;
+mod keylog;
 mod quinn;
 mod rfc;
 mod robust;
