@@ -57,18 +57,26 @@
 //!   into a 20-byte array), so lengths from the wire must be checked first.
 //! - Errors are `InvalidHeader(&'static str)`, without offsets or sizes.
 
+pub mod crypto;
+mod decrypt;
 mod error;
+mod frames;
 mod header;
 mod invariants;
+mod keylog;
 mod keys;
 mod packet;
+mod varint;
 
 #[cfg(test)]
 mod tests;
 
+pub use decrypt::{ConnDecryptor, DEFAULT_TRIAL_LIMIT, DecryptError, DecryptStats, Direction, Opened, Space};
 pub use error::{CidField, DecodeError, ErrorKind};
+pub use frames::{Ack, CloseKind, EcnCounts, Frame, FrameError, FrameErrorKind, Frames, StreamDir, parse_frames};
 pub use header::{DecodeOptions, Packets, ShortDcidLen, decode_packet, packets};
 pub use invariants::{Peek, common_prefix, known_version};
+pub use keylog::{ClientRandom, ConnSecrets, KeyLog};
 pub use keys::{ConnectionId, KeyCandidates};
 pub use packet::{
     Header, LongHeader, LongType, MAX_CID_LEN, MIN_PROTECTED_LEN, Packet, PacketType, RETRY_INTEGRITY_TAG_LEN,

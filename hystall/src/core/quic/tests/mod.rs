@@ -1,6 +1,9 @@
 //! Tests: RFC vectors, built datagrams, robustness, and a quinn-proto cross-check.
 
 mod coalesced;
+mod crypto_rfc;
+mod frames;
+mod keylog;
 mod quinn;
 mod rfc;
 mod robust;

@@ -1,0 +1,115 @@
+//! One direction's keys for the Handshake or the 1-RTT space, with key
+//! updates (RFC 9001 §6): the key phase bit flips when the sender moves to
+//! the next generation (secret_{n+1} = HKDF-Expand-Label(secret_n, "quic ku")),
+//! the header-protection key stays the first generation's. The previous
+//! generation is kept so that packets reordered across an update still open.
+
+use super::super::crypto::{CryptoError, HeaderKey, PacketKeys, PayloadKey, Secret, Suite, next_secret};
+use super::super::crypto::{Unprotected, remove_header_protection};
+use super::super::Version;
+
+struct Generation {
+    secret: Secret,
+    key: PayloadKey,
+    /// The key phase bit packets of this generation carry.
+    phase: bool,
+    /// Lowest packet number opened with it (`None` for the first generation,
+    /// which has nothing before it).
+    first_pn: Option<u64>,
+}
+
+impl Generation {
+    fn next(&self, version: Version, suite: Suite) -> Result<Self, CryptoError> {
+        let secret = next_secret(version, suite, &self.secret)?;
+        let key = PayloadKey::from_secret(version, suite, &secret)?;
+        Ok(Self { secret, key, phase: !self.phase, first_pn: None })
+    }
+}
+
+/// A packet whose protection is gone.
+pub(super) struct Plain {
+    pub(super) header: Unprotected,
+    pub(super) payload: Vec<u8>,
+}
+
+/// Why [`SpaceKeys::open`] failed: before or after the packet number was known.
+pub(super) enum OpenError {
+    /// The header could not be unprotected.
+    Header(CryptoError),
+    /// The AEAD refused it; the packet number is what the header said.
+    Payload(CryptoError, u64),
+}
+
+/// Keys of one direction in one packet-number space.
+pub(super) struct SpaceKeys {
+    version: Version,
+    suite: Suite,
+    header: HeaderKey,
+    current: Generation,
+    previous: Option<Generation>,
+    next: Option<Generation>,
+    /// Key updates followed.
+    pub(super) updates: u32,
+}
+
+impl SpaceKeys {
+    pub(super) fn new(version: Version, suite: Suite, secret: &Secret) -> Result<Self, CryptoError> {
+        let keys = PacketKeys::from_secret(version, suite, secret)?;
+        Ok(Self {
+            version,
+            suite,
+            header: keys.header,
+            current: Generation { secret: *secret, key: keys.payload, phase: false, first_pn: None },
+            previous: None,
+            next: None,
+            updates: 0,
+        })
+    }
+
+    /// Opens a packet (`packet` is untouched): header protection off, then
+    /// the generation its key phase bit and packet number point at.
+    pub(super) fn open(&mut self, packet: &[u8], pn_offset: usize, largest: Option<u64>) -> Result<Plain, OpenError> {
+        let mut clear_header = packet.to_vec();
+        let header =
+            remove_header_protection(&self.header, &mut clear_header, pn_offset, largest).map_err(OpenError::Header)?;
+        let phase = header.key_phase.unwrap_or(false);
+        let attempt = |key: &PayloadKey| {
+            let mut buf = clear_header.clone();
+            let len = key.open(header.pn, &mut buf, header.header_len)?.len();
+            buf.drain(..header.header_len);
+            buf.truncate(len);
+            Ok::<_, CryptoError>(Plain { header, payload: buf })
+        };
+        if phase == self.current.phase {
+            let plain = attempt(&self.current.key).map_err(|e| OpenError::Payload(e, header.pn))?;
+            if self.current.first_pn.is_some_and(|f| header.pn < f) {
+                self.current.first_pn = Some(header.pn);
+            }
+            return Ok(plain);
+        }
+        // The other phase: an older packet of the previous generation, or the
+        // first of the next one.
+        let older = self.current.first_pn.is_some_and(|f| header.pn < f);
+        if older && let Some(prev) = &self.previous {
+            return attempt(&prev.key).map_err(|e| OpenError::Payload(e, header.pn));
+        }
+        if self.next.is_none() {
+            self.next = Some(self.current.next(self.version, self.suite).map_err(OpenError::Header)?);
+        }
+        let next_result = self.next.as_ref().map(|n| attempt(&n.key));
+        match next_result {
+            Some(Ok(plain)) => {
+                if let Some(mut next) = self.next.take() {
+                    next.first_pn = Some(header.pn);
+                    self.previous = Some(std::mem::replace(&mut self.current, next));
+                    self.updates += 1;
+                }
+                Ok(plain)
+            }
+            _ => match &self.previous {
+                Some(prev) => attempt(&prev.key).map_err(|e| OpenError::Payload(e, header.pn)),
+                None => Err(OpenError::Payload(CryptoError::AuthFailed, header.pn)),
+            },
+        }
+    }
+}
