@@ -29,6 +29,42 @@ pub enum Command {
     /// Watch like `watch` and save what the probes saw to FILE (size-bounded,
     /// rotated), to replay later with `watch --replay` or `top --replay`.
     Record(RecordArgs),
+    /// Triage a capture (pcap/pcapng, from the phone or the server) offline:
+    /// per QUIC connection its timeline and verdict; exact with a TLS key log.
+    Pcap(PcapArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PcapArgs {
+    /// The capture (pcap or pcapng; tcpdump, tshark, dumpcap, PCAPdroid, ...).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// TLS key log (SSLKEYLOGFILE format) to decrypt the QUIC packets; secrets
+    /// in the capture (pcapng Decryption Secrets Blocks) are used as well.
+    #[arg(long, value_name = "FILE")]
+    pub keylog: Option<PathBuf>,
+    /// JSON lines: the same events as `watch --json`, then a `pcap_summary`.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw the timeline (stream data vs other traffic, the stall marked) to this SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// QUIC server UDP port or range LO-HI (repeatable), for connections whose
+    /// handshake is not in the capture.
+    #[arg(long = "port", value_name = "P|LO-HI", value_parser = parse_ports)]
+    pub ports: Vec<PortRange>,
+    /// Seconds without send progress before a target socket (TCP in the capture) is STALLED.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub stall_timeout: f64,
+    /// Seconds without any packet before a QUIC connection counts as closed.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub quic_idle: f64,
+    /// The server's per-stream receive window, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 8.0)]
+    pub stream_window: f64,
+    /// The server's per-connection receive window, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 20.0)]
+    pub conn_window: f64,
 }
 
 /// Which processes and sockets to watch; shared by `watch` and `top`.

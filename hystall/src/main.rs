@@ -16,6 +16,7 @@ fn main() {
         Command::Top(args) => runtime().and_then(|rt| rt.block_on(commands::top::run(args))),
         Command::Doctor(args) => commands::doctor::run(args),
         Command::Lab(args) => hystall::lab::run(args),
+        Command::Pcap(args) => commands::pcap::run(args),
         Command::Record(args) => runtime().and_then(|rt| rt.block_on(commands::record::run(args))),
     };
     if let Err(e) = res {

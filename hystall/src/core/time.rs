@@ -44,7 +44,7 @@ impl WallClock {
     }
 
     /// A fixed offset (tests, replays).
-    pub fn fixed(offset_ns: i128) -> WallClock {
+    pub const fn fixed(offset_ns: i128) -> WallClock {
         WallClock { offset_ns }
     }
 

@@ -4,4 +4,6 @@
 pub mod enforcer;
 pub mod lines;
 pub mod recorder;
+pub mod report;
+pub mod svg;
 pub mod tui;

@@ -3,6 +3,7 @@
 pub mod capture;
 pub mod hysteria_api;
 pub mod live;
+pub mod offline;
 pub mod probes;
 pub mod procs;
 pub mod quic;

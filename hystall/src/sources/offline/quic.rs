@@ -1,0 +1,401 @@
+//! Decryption of a capture's QUIC connections with a key log, and what their
+//! frames say ([`FrameState`]): the part of the offline path that has no live
+//! counterpart. Packets are routed to one decryptor per QUIC connection by
+//! flow, and by the server's connection IDs (from its long headers and
+//! NEW_CONNECTION_ID frames) when the client moves to a new port.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::core::flows::{Dir, FlowId};
+use crate::core::frames::FrameState;
+use crate::core::quic::{
+    ConnDecryptor, DecodeOptions, Direction, Frame, Header, KeyLog, LongType, ShortDcidLen, Space, packets,
+    parse_frames,
+};
+use crate::core::time::Mono;
+
+/// Server handshake bytes kept to read its transport parameters.
+const MAX_HANDSHAKE_BYTES: u64 = 64 << 10;
+/// Streams whose highest offset is tracked, per connection and direction.
+const MAX_STREAMS: usize = 100_000;
+
+struct QConn {
+    dec: ConnDecryptor,
+    /// DCID lengths of short headers: client→server (the server's CIDs) and server→client.
+    cid_len: [Option<u8>; 2],
+    /// The last flow the connection was seen on (frame figures are reported on it).
+    flow: FlowId,
+    frames: FrameState,
+    offsets: [HashMap<u64, u64>; 2],
+    /// The server's Handshake CRYPTO bytes, by offset, until its parameters are read.
+    hs: BTreeMap<u64, Vec<u8>>,
+    hs_done: bool,
+    dirty: bool,
+    /// New stream bytes per time bucket and direction (for the timeline picture).
+    pub series: Vec<[u64; 2]>,
+}
+
+/// Every decryptor of a capture.
+pub struct Decryptors {
+    keylog: Arc<KeyLog>,
+    conns: Vec<QConn>,
+    by_flow: HashMap<FlowId, usize>,
+    /// Server connection IDs → connection.
+    by_cid: HashMap<Vec<u8>, usize>,
+    /// Server CID lengths seen per server endpoint (mid-capture connections).
+    server_cid_len: HashMap<std::net::SocketAddr, u8>,
+    pub frame_errors: u64,
+}
+
+impl Decryptors {
+    pub fn new(keylog: KeyLog) -> Self {
+        Decryptors {
+            keylog: Arc::new(keylog),
+            conns: Vec::new(),
+            by_flow: HashMap::new(),
+            by_cid: HashMap::new(),
+            server_cid_len: HashMap::new(),
+            frame_errors: 0,
+        }
+    }
+
+    /// Adds secrets found in the capture itself (pcapng Decryption Secrets Blocks);
+    /// connections that start afterwards use them.
+    pub fn add_keys(&mut self, more: &KeyLog) {
+        let mut k = (*self.keylog).clone();
+        k.merge(more);
+        self.keylog = Arc::new(k);
+    }
+
+    pub fn keylog(&self) -> &KeyLog {
+        &self.keylog
+    }
+
+    /// The short-header DCID of `flow` in direction `dir`, when known (for GSO splitting).
+    pub fn dcid_for(&self, flow: &FlowId, dir: Dir, first_segment: &[u8]) -> Option<Vec<u8>> {
+        let c = self.conns.get(*self.by_flow.get(flow)?)?;
+        let len = usize::from(c.cid_len[dir as usize]?);
+        first_segment.get(1..1 + len).map(<[u8]>::to_vec)
+    }
+
+    /// Opens the QUIC packets of one datagram (segment) and records their frames.
+    pub fn datagram(&mut self, at: Mono, bucket: usize, flow: FlowId, dir: Dir, d: &[u8]) {
+        let Some(idx) = self.route(flow, dir, d) else { return };
+        let c = &mut self.conns[idx];
+        c.flow = flow;
+        // Peers may grease the fixed bit (RFC 9287; quinn does): decryption decides.
+        let opts = DecodeOptions {
+            short_dcid_len: c.cid_len[dir as usize].map_or(ShortDcidLen::Unknown, ShortDcidLen::Known),
+            allow_clear_fixed_bit: true,
+        };
+        let direction = match dir {
+            Dir::C2s => Direction::ClientToServer,
+            Dir::S2c => Direction::ServerToClient,
+        };
+        let mut learned = Vec::new();
+        for p in packets(d, opts) {
+            let Ok(p) = p else { break };
+            // CID lengths for short headers, from the long headers' SCIDs.
+            if let Header::Long(h) = &p.header {
+                let other = 1 - dir as usize;
+                if c.cid_len[other].is_none() && h.scid.len() <= 20 {
+                    c.cid_len[other] = Some(h.scid.len() as u8);
+                }
+                if dir == Dir::S2c && !h.scid.is_empty() {
+                    learned.push(h.scid.to_vec());
+                    self.server_cid_len.insert(flow.server, h.scid.len() as u8);
+                }
+            }
+            match c.dec.decrypt(direction, &p, d) {
+                Ok(opened) => {
+                    c.frames.opened[dir as usize] += 1;
+                    let (frames, err) = parse_frames(&opened.payload);
+                    if err.is_some() {
+                        self.frame_errors += 1;
+                    }
+                    let before = c.frames.stream_bytes[dir as usize];
+                    for f in &frames {
+                        record(c, at, dir, opened.space, f, &mut learned);
+                    }
+                    let new = c.frames.stream_bytes[dir as usize] - before;
+                    if new > 0 && bucket < super::MAX_BUCKETS {
+                        if c.series.len() <= bucket {
+                            c.series.resize(bucket + 1, [0, 0]);
+                        }
+                        c.series[bucket][dir as usize] += new;
+                    }
+                    c.dirty = true;
+                }
+                Err(crate::core::quic::DecryptError::NotEncrypted(_)) => {}
+                Err(_) => {
+                    c.frames.unopened[dir as usize] += 1;
+                    c.dirty = true;
+                }
+            }
+        }
+        if c.frames.suite.is_none()
+            && let Some(s) = c.dec.suite()
+        {
+            c.frames.suite = Some(format!("{s:?}"));
+        }
+        for cid in learned {
+            self.by_cid.insert(cid, idx);
+        }
+    }
+
+    /// The connection of a datagram: by flow, else by the server CID a client
+    /// packet carries (a port hop), else a new one.
+    fn route(&mut self, flow: FlowId, dir: Dir, d: &[u8]) -> Option<usize> {
+        if let Some(&i) = self.by_flow.get(&flow) {
+            // A new client Initial on a known flow is a new connection.
+            let fresh = dir == Dir::C2s && is_initial(d) && self.conns[i].frames.opened[1] > 0;
+            if !fresh {
+                return Some(i);
+            }
+        }
+        let first = *d.first()?;
+        let mut found = None;
+        if dir == Dir::C2s && first & 0x80 == 0 {
+            let lens: Vec<u8> = self.by_cid.keys().map(|k| k.len() as u8).collect();
+            found = lens
+                .into_iter()
+                .find_map(|l| d.get(1..1 + usize::from(l)).and_then(|cid| self.by_cid.get(cid)).copied());
+        }
+        let idx = match found {
+            Some(i) => i,
+            None => {
+                if dir == Dir::S2c && first & 0x80 == 0 {
+                    return None; // a server packet on a path we never saw the client use
+                }
+                let mut cid_len = [None, None];
+                if first & 0x80 == 0 {
+                    cid_len[0] = self.server_cid_len.get(&flow.server).copied();
+                }
+                self.conns.push(QConn {
+                    dec: ConnDecryptor::new(self.keylog.clone()),
+                    cid_len,
+                    flow,
+                    frames: FrameState::default(),
+                    offsets: [HashMap::new(), HashMap::new()],
+                    hs: BTreeMap::new(),
+                    hs_done: false,
+                    dirty: false,
+                    series: Vec::new(),
+                });
+                self.conns.len() - 1
+            }
+        };
+        self.by_flow.insert(flow, idx);
+        Some(idx)
+    }
+
+    /// Frame figures that changed since the last call, on each connection's latest flow.
+    pub fn changed(&mut self) -> Vec<(FlowId, FrameState)> {
+        self.conns
+            .iter_mut()
+            .filter_map(|c| std::mem::take(&mut c.dirty).then(|| (c.flow, c.frames.clone())))
+            .collect()
+    }
+
+    /// Per connection, what the report needs.
+    pub fn summary(&self) -> Vec<Decrypted> {
+        let mut flows: HashMap<usize, Vec<FlowId>> = HashMap::new();
+        for (f, i) in &self.by_flow {
+            flows.entry(*i).or_default().push(*f);
+        }
+        self.conns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Decrypted {
+                flows: flows.remove(&i).unwrap_or_default(),
+                frames: c.frames.clone(),
+                stats: c.dec.stats(),
+                secrets_found: c.dec.secrets_found(),
+                series: c.series.clone(),
+            })
+            .collect()
+    }
+}
+
+/// One decrypted connection, for the report.
+#[derive(Clone, Debug)]
+pub struct Decrypted {
+    pub flows: Vec<FlowId>,
+    pub frames: FrameState,
+    pub stats: crate::core::quic::DecryptStats,
+    pub secrets_found: bool,
+    /// New stream bytes per bucket: [client→server, server→client].
+    pub series: Vec<[u64; 2]>,
+}
+
+fn is_initial(d: &[u8]) -> bool {
+    packets(d, DecodeOptions::default())
+        .next()
+        .is_some_and(|p| p.is_ok_and(|p| matches!(&p.header, Header::Long(h) if h.packet_type == LongType::Initial)))
+}
+
+fn record(c: &mut QConn, at: Mono, dir: Dir, space: Space, f: &Frame<'_>, learned: &mut Vec<Vec<u8>>) {
+    let d = dir as usize;
+    let st = &mut c.frames;
+    match *f {
+        Frame::Stream { stream_id, offset, data, .. } => {
+            st.stream_frames[d] += 1;
+            let end = offset.saturating_add(data.len() as u64);
+            let offsets = &mut c.offsets[d];
+            let prev = offsets.get(&stream_id).copied();
+            if prev.is_none() && stream_id & 1 == d as u64 {
+                st.streams_opened[d] += 1;
+            }
+            if end > prev.unwrap_or(0) && (prev.is_some() || offsets.len() < MAX_STREAMS) {
+                let new = end - prev.unwrap_or(0);
+                offsets.insert(stream_id, end);
+                st.stream_bytes[d] += new;
+                st.last_stream[d] = Some(at);
+                if dir == Dir::C2s {
+                    st.client_consumed += new;
+                }
+            } else if prev.is_none() && offsets.len() < MAX_STREAMS {
+                offsets.insert(stream_id, end);
+            }
+        }
+        Frame::Ack(_) => {
+            st.acks[d] += 1;
+            st.last_ack[d] = Some(at);
+        }
+        Frame::Datagram { .. } => {
+            st.datagrams[d] += 1;
+            st.last_datagram[d] = Some(at);
+        }
+        Frame::MaxData { max } if dir == Dir::S2c => {
+            if st.server_max_data.is_none_or(|m| max > m) {
+                st.server_max_data = Some(max);
+                st.max_data_raised = Some(at);
+            }
+        }
+        Frame::MaxStreamData { .. } if dir == Dir::S2c => st.max_stream_data += 1,
+        Frame::DataBlocked { limit } if dir == Dir::C2s => {
+            st.data_blocked_frames += 1;
+            st.data_blocked = Some(match st.data_blocked {
+                Some((l, first, _)) if l == limit => (l, first, at),
+                _ => (limit, at, at),
+            });
+        }
+        Frame::StreamDataBlocked { stream_id, limit } if dir == Dir::C2s => {
+            st.stream_data_blocked += 1;
+            if let Some(e) = st.blocked_streams.iter_mut().find(|(id, _)| *id == stream_id) {
+                e.1 = limit;
+            } else if st.blocked_streams.len() < 32 {
+                st.blocked_streams.push((stream_id, limit));
+            }
+        }
+        Frame::ResetStream { .. } => st.reset_stream[d] += 1,
+        Frame::StopSending { .. } => st.stop_sending[d] += 1,
+        Frame::ConnectionClose { .. } => st.connection_close[d] += 1,
+        Frame::NewConnectionId { cid, .. } if dir == Dir::S2c => learned.push(cid.to_vec()),
+        Frame::Crypto { offset, data } if dir == Dir::S2c && space == Space::Handshake && !c.hs_done => {
+            if offset < MAX_HANDSHAKE_BYTES {
+                c.hs.insert(offset, data.to_vec());
+            }
+            if let Some(max) = server_initial_max_data(&c.hs) {
+                c.hs_done = true;
+                c.hs.clear();
+                // The initial limit; MAX_DATA frames raise it.
+                if st.server_max_data.is_none_or(|m| max > m) {
+                    st.server_max_data = Some(max);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The contiguous prefix of a CRYPTO stream.
+fn contiguous(parts: &BTreeMap<u64, Vec<u8>>) -> Vec<u8> {
+    let mut out: Vec<u8> = Vec::new();
+    for (&off, data) in parts {
+        let have = out.len() as u64;
+        if off > have {
+            break;
+        }
+        let skip = (have - off) as usize;
+        if let Some(rest) = data.get(skip..) {
+            out.extend_from_slice(rest);
+        }
+    }
+    out
+}
+
+/// initial_max_data from the server's EncryptedExtensions (its first Handshake
+/// message): extension quic_transport_parameters (0x39, or draft 0xffa5), parameter 0x04.
+fn server_initial_max_data(parts: &BTreeMap<u64, Vec<u8>>) -> Option<u64> {
+    let hs = contiguous(parts);
+    // Handshake message: type (8 = EncryptedExtensions), 24-bit length.
+    if *hs.first()? != 8 {
+        return None;
+    }
+    let len = usize::from(*hs.get(1)?) << 16 | usize::from(*hs.get(2)?) << 8 | usize::from(*hs.get(3)?);
+    let body = hs.get(4..4 + len)?;
+    let ext_len = usize::from(u16::from_be_bytes([*body.first()?, *body.get(1)?]));
+    let mut exts = body.get(2..2 + ext_len)?;
+    while exts.len() >= 4 {
+        let ty = u16::from_be_bytes([exts[0], exts[1]]);
+        let l = usize::from(u16::from_be_bytes([exts[2], exts[3]]));
+        let data = exts.get(4..4 + l)?;
+        if ty == 0x39 || ty == 0xffa5 {
+            let mut p = data;
+            while !p.is_empty() {
+                let (id, rest) = varint(p)?;
+                let (plen, rest) = varint(rest)?;
+                let value = rest.get(..plen as usize)?;
+                if id == 0x04 {
+                    return varint(value).map(|(v, _)| v);
+                }
+                p = rest.get(plen as usize..)?;
+            }
+            return None;
+        }
+        exts = exts.get(4 + l..)?;
+    }
+    None
+}
+
+/// A QUIC variable-length integer and the rest.
+fn varint(b: &[u8]) -> Option<(u64, &[u8])> {
+    let first = *b.first()?;
+    let len = 1usize << (first >> 6);
+    let bytes = b.get(..len)?;
+    let v = bytes[1..].iter().fold(u64::from(first & 0x3f), |v, &x| v << 8 | u64::from(x));
+    Some((v, &b[len..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encrypted_extensions_give_initial_max_data() {
+        // Transport parameters: 0x04 initial_max_data = 20 MiB (4-byte varint), 0x01 idle timeout.
+        let mut tp = vec![0x01, 0x02, 0x40, 0x64, 0x04, 0x04];
+        tp.extend_from_slice(&(0x8000_0000u32 | (20 << 20)).to_be_bytes());
+        let mut ext = vec![0x00, 0x39];
+        ext.extend_from_slice(&(tp.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&tp);
+        let mut body = (ext.len() as u16).to_be_bytes().to_vec();
+        body.extend_from_slice(&ext);
+        let mut msg = vec![8, 0, 0, body.len() as u8];
+        msg.extend_from_slice(&body);
+        // Split over two CRYPTO frames, out of order.
+        let mut parts = BTreeMap::new();
+        parts.insert(5, msg[5..].to_vec());
+        assert_eq!(server_initial_max_data(&parts), None);
+        parts.insert(0, msg[..5].to_vec());
+        assert_eq!(server_initial_max_data(&parts), Some(20 << 20));
+        // Garbage never panics.
+        for cut in 0..msg.len() {
+            let mut p = BTreeMap::new();
+            p.insert(0, msg[..cut].to_vec());
+            let _ = server_initial_max_data(&p);
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The TC classifier's job, done on a capture: which UDP packets are QUIC to
+//! or from a server, per-flow counters by direction and size class, and header
+//! samples, with the same policy as the kernel program (hystall-ebpf
+//! quic_flow.rs), so the model sees what it would have seen live.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+
+use hystall_common::flow::{SAMPLE_BYTES, size_class};
+
+use crate::cli::PortRange;
+use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
+use crate::core::quic::{Header, LongType, PacketType, Peek, packets};
+use crate::core::time::Mono;
+
+/// Header samples: the first packets of each flow direction, then one a second
+/// (long headers: one per 50 ms), as the kernel program samples.
+const SAMPLE_FIRST: u32 = 8;
+const SAMPLE_EVERY_NS: u64 = 1_000_000_000;
+const SAMPLE_LONG_EVERY_NS: u64 = 50_000_000;
+/// No single QUIC datagram is larger (path MTUs are at most 1500 bytes on the
+/// Internet): a larger one is a GSO/GRO super-packet, captured before the NIC
+/// or the kernel cut it into segments.
+pub const MAX_DATAGRAM: usize = 1500;
+
+#[derive(Default)]
+struct DirState {
+    samples: u32,
+    last_sample: u64,
+}
+
+#[derive(Default)]
+pub struct FlowState {
+    pub counters: FlowCounters,
+    dirs: [DirState; 2],
+    pub last: Mono,
+}
+
+/// A QUIC datagram placed in its flow: direction and GSO segments.
+pub struct Placed {
+    pub flow: FlowId,
+    pub dir: Dir,
+    /// (offset, length) of each segment in the payload.
+    pub segments: Vec<(usize, usize)>,
+    /// A header sample the model should get, if the policy wants one.
+    pub sample: Option<HeaderSample>,
+}
+
+/// Server endpoints and flows.
+pub struct UdpFlows {
+    ports: Vec<PortRange>,
+    /// Server endpoints learned from handshakes (the receiver of a first Initial).
+    servers: HashSet<SocketAddr>,
+    pub flows: HashMap<FlowId, FlowState>,
+    /// Endpoint pairs seen without a QUIC handshake or a --port (datagrams).
+    pub unplaced: u64,
+    pub unplaced_pairs: HashSet<(SocketAddr, SocketAddr)>,
+    /// Super-packets split into segments.
+    pub gso_split: u64,
+}
+
+impl UdpFlows {
+    pub fn new(ports: Vec<PortRange>) -> Self {
+        UdpFlows {
+            ports,
+            servers: HashSet::new(),
+            flows: HashMap::new(),
+            unplaced: 0,
+            unplaced_pairs: HashSet::new(),
+            gso_split: 0,
+        }
+    }
+
+    fn is_server(&self, a: SocketAddr) -> bool {
+        self.servers.contains(&a) || self.ports.iter().any(|r| (r.lo..=r.hi).contains(&a.port()))
+    }
+
+    /// The server endpoints known so far.
+    pub fn servers(&self) -> impl Iterator<Item = &SocketAddr> {
+        self.servers.iter()
+    }
+
+    /// Places one datagram (`orig_len` as the wire carried it); `None` when it
+    /// is not on a QUIC server's flow. `dcid` gives the connection's short-header
+    /// DCID for this direction when known, to find GSO segment boundaries.
+    pub fn place(
+        &mut self,
+        at: Mono,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+        orig_len: usize,
+        dcid: impl Fn(&FlowId, Dir) -> Option<Vec<u8>>,
+    ) -> Option<Placed> {
+        let (flow, dir) = if self.is_server(dst) && !self.is_server(src) {
+            (FlowId { client: src, server: dst }, Dir::C2s)
+        } else if self.is_server(src) {
+            (FlowId { client: dst, server: src }, Dir::S2c)
+        } else if is_client_initial(payload) {
+            self.servers.insert(dst);
+            (FlowId { client: src, server: dst }, Dir::C2s)
+        } else {
+            self.unplaced += 1;
+            if self.unplaced_pairs.len() < 10_000 {
+                self.unplaced_pairs.insert((src.min(dst), src.max(dst)));
+            }
+            return None;
+        };
+        let segments = if orig_len > MAX_DATAGRAM && payload.len() == orig_len {
+            let cid = dcid(&flow, dir);
+            let segs = gso_segments(payload, cid.as_deref());
+            if segs.len() > 1 {
+                self.gso_split += 1;
+            }
+            segs
+        } else {
+            vec![(0, orig_len)]
+        };
+        let st = self.flows.entry(flow).or_default();
+        st.last = at;
+        let c = match dir {
+            Dir::C2s => &mut st.counters.c2s,
+            Dir::S2c => &mut st.counters.s2c,
+        };
+        for &(_, len) in &segments {
+            count(c, at, len);
+        }
+        let d = &mut st.dirs[dir as usize];
+        let long = payload.first().is_some_and(|b| b & 0x80 != 0);
+        let since = at.0.saturating_sub(d.last_sample);
+        let sample = (d.samples < SAMPLE_FIRST || since >= SAMPLE_EVERY_NS || (long && since >= SAMPLE_LONG_EVERY_NS))
+            .then(|| {
+                d.samples += 1;
+                d.last_sample = at.0;
+                let first = segments.first().map_or(payload.len(), |s| s.1).min(payload.len());
+                HeaderSample {
+                    flow,
+                    dir,
+                    payload_len: first as u32,
+                    segs: segments.len() as u32,
+                    bytes: payload[..first.min(SAMPLE_BYTES)].to_vec(),
+                }
+            });
+        Some(Placed { flow, dir, segments, sample })
+    }
+
+    /// Cumulative counters of the flows that saw a packet since `since`.
+    pub fn active(&self, since: Mono) -> Vec<(FlowId, FlowCounters)> {
+        self.flows.iter().filter(|(_, st)| st.last >= since).map(|(f, st)| (*f, st.counters.clone())).collect()
+    }
+}
+
+fn count(c: &mut DirCounters, at: Mono, len: usize) {
+    let class = size_class(len as u32);
+    c.packets[class] += 1;
+    c.bytes[class] += len as u64;
+    c.last[class] = Some(at);
+    c.first.get_or_insert(at);
+}
+
+/// A client's Initial: a long header of a known version whose type is Initial
+/// and that fills the 1200-byte minimum (a server's Initial is not padded to
+/// it when coalesced... but both are; what tells them apart is that this is the
+/// first packet of the pair: callers only ask for unknown pairs).
+fn is_client_initial(payload: &[u8]) -> bool {
+    if payload.len() < 1200 {
+        return false;
+    }
+    matches!(Peek::of(payload), Peek::Long { .. })
+        && packets(payload, Default::default()).next().is_some_and(|p| {
+            p.is_ok_and(|p| {
+                matches!(p.header, Header::Long(ref h) if h.packet_type == LongType::Initial)
+                    && p.packet_type() == PacketType::Initial
+            })
+        })
+}
+
+/// Splits a GSO super-packet into its segments: all of one size but the last.
+/// The size is the smallest at which every segment starts like the first (the
+/// same header form and, when known, the same DCID). Without a
+/// DCID to check, only sizes of at least 1000 bytes are believed.
+pub fn gso_segments(payload: &[u8], dcid: Option<&[u8]>) -> Vec<(usize, usize)> {
+    let Some(&first) = payload.first() else { return vec![(0, 0)] };
+    let cid = dcid.filter(|c| !c.is_empty());
+    let min = if cid.is_some() { 21 } else { 1000 };
+    let fits = |s: usize| {
+        (1..)
+            .map(|k| k * s)
+            .take_while(|&o| o < payload.len())
+            .all(|o| {
+                // The form bit only: the fixed bit may be greased (RFC 9287, quinn does).
+                payload[o] & 0x80 == first & 0x80
+                    && cid.is_none_or(|c| payload.get(o + 1..o + 1 + c.len()) == Some(c))
+            })
+    };
+    match (min..=MAX_DATAGRAM.min(payload.len().saturating_sub(1))).find(|&s| fits(s)) {
+        Some(s) => (0..payload.len()).step_by(s).map(|o| (o, s.min(payload.len() - o))).collect(),
+        None => vec![(0, payload.len())],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gso_super_packets_split_at_the_repeated_header() {
+        let cid = [0xaa, 0xbb, 0xcc, 0xdd];
+        let mut p = Vec::new();
+        for i in 0..10u8 {
+            let mut seg = vec![0x40 | (i & 0x1f)];
+            seg.extend_from_slice(&cid);
+            seg.resize(if i == 9 { 700 } else { 1452 }, i.wrapping_mul(37));
+            p.extend_from_slice(&seg);
+        }
+        let segs = gso_segments(&p, Some(&cid));
+        assert_eq!(segs.len(), 10);
+        assert!(segs[..9].iter().all(|s| s.1 == 1452));
+        assert_eq!(segs[9], (9 * 1452, 700));
+        // Without the DCID, sizes of 1000+ still split.
+        assert_eq!(gso_segments(&p, None).len(), 10);
+        // Garbage: one segment, no panic.
+        assert_eq!(gso_segments(&[0x40; 3000][..], None).len(), 3);
+        assert_eq!(gso_segments(&[0x00, 0xff, 0x13][..], None), vec![(0, 3)]);
+        assert_eq!(gso_segments(&[][..], None), vec![(0, 0)]);
+    }
+}
