@@ -40,6 +40,8 @@ impl rustls::KeyLog for MemKeyLog {
 }
 
 type Capture = Vec<(Direction, Vec<u8>)>;
+/// What the decryptor said about one packet.
+type Outcome = (Direction, Result<Opened, DecryptError>);
 
 fn provider(suite: SupportedCipherSuite) -> Arc<rustls::crypto::CryptoProvider> {
     let mut provider = rustls::crypto::ring::default_provider();
@@ -189,11 +191,7 @@ fn dcid_lengths(capture: &Capture) -> [u8; 2] {
 
 /// Every packet of the capture through one decryptor; `long_headers: false`
 /// leaves them out, as in a capture that starts after the handshake.
-fn decrypt_all(
-    capture: &Capture,
-    keylog: KeyLog,
-    long_headers: bool,
-) -> (ConnDecryptor, Vec<(Direction, Result<Opened, DecryptError>)>) {
+fn decrypt_all(capture: &Capture, keylog: KeyLog, long_headers: bool) -> (ConnDecryptor, Vec<Outcome>) {
     let lens = dcid_lengths(capture);
     let mut d = ConnDecryptor::new(Arc::new(keylog));
     let mut out = Vec::new();
@@ -218,7 +216,7 @@ struct Seen {
     phases: [[bool; 2]; 2],
 }
 
-fn read_frames(results: &[(Direction, Result<Opened, DecryptError>)]) -> Seen {
+fn read_frames(results: &[Outcome]) -> Seen {
     let mut seen = Seen::default();
     for (dir, r) in results {
         let Ok(opened) = r else { continue };
