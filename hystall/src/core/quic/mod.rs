@@ -13,7 +13,10 @@
 //! number, its length, the reserved bits and the key phase are masked, so the
 //! types keep the first byte as `first_byte_protected` and offer only the
 //! offset of the packet number. Offline decryption with a key log is a
-//! separate layer on top of these offsets.
+//! separate layer on top of these offsets: [`crypto`] (RFC 9001/9369 packet
+//! protection), [`KeyLog`] (SSLKEYLOGFILE), [`ConnDecryptor`] (one
+//! connection, both directions, key updates, trial decryption without the
+//! handshake) and [`parse_frames`] (the decrypted frames).
 //!
 //! It is pure code: no I/O, no allocation, borrowing from the input, and it
 //! never panics (every read is bounds-checked; the tests feed it every prefix

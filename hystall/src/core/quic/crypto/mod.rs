@@ -19,5 +19,7 @@ mod suite;
 pub use error::CryptoError;
 pub use protect::{HeaderKey, PacketKeys, PayloadKey, Unprotected, decode_packet_number, remove_header_protection};
 pub use retry::verify_retry_integrity;
-pub use schedule::{InitialSecrets, KeyMaterial, Secret, hkdf_expand_label, initial_secrets, key_material, next_secret};
+pub use schedule::{
+    InitialSecrets, KeyMaterial, Secret, hkdf_expand_label, initial_secrets, key_material, next_secret,
+};
 pub use suite::Suite;

@@ -4,9 +4,9 @@
 //! the header-protection key stays the first generation's. The previous
 //! generation is kept so that packets reordered across an update still open.
 
+use super::super::Version;
 use super::super::crypto::{CryptoError, HeaderKey, PacketKeys, PayloadKey, Secret, Suite, next_secret};
 use super::super::crypto::{Unprotected, remove_header_protection};
-use super::super::Version;
 
 struct Generation {
     secret: Secret,

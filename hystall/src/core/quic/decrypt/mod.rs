@@ -269,7 +269,8 @@ impl ConnDecryptor {
                 }
             }
             Header::Short(h) => {
-                let pn_offset = h.pn_offset.ok_or(DecryptError::Malformed("short header decoded without DCID length"))?;
+                let pn_offset =
+                    h.pn_offset.ok_or(DecryptError::Malformed("short header decoded without DCID length"))?;
                 self.open_keyed(dir, Space::Application, bytes, relative(pn_offset)?)
             }
             Header::Retry(h) => {
@@ -346,7 +347,13 @@ impl ConnDecryptor {
     }
 
     /// Handshake and 1-RTT packets: keys from the key log.
-    fn open_keyed(&mut self, dir: Direction, space: Space, bytes: &[u8], pn_offset: usize) -> Result<Opened, DecryptError> {
+    fn open_keyed(
+        &mut self,
+        dir: Direction,
+        space: Space,
+        bytes: &[u8],
+        pn_offset: usize,
+    ) -> Result<Opened, DecryptError> {
         let level = usize::from(space == Space::Application);
         let largest = *self.largest_mut(dir, space);
         if self.keys.get(dir.index()).and_then(|k| k.get(level)).is_some_and(Option::is_some) {

@@ -6,7 +6,7 @@ use super::super::crypto::{
     PacketKeys, Secret, Suite, decode_packet_number, initial_secrets, key_material, next_secret,
     remove_header_protection, verify_retry_integrity,
 };
-use super::super::{Version, parse_frames, Frame};
+use super::super::{Frame, Version, parse_frames};
 use super::hex;
 use super::rfc::{ODCID, v1_retry, v1_server_initial, v1_short, v2_retry, v2_short};
 
@@ -146,9 +146,17 @@ fn rfc9001_a1_keys() {
     check_keys(
         Version::V1,
         "c00cf151ca5be075ed0ebfb5c80323c42d6b7db67881289af4008f1f6c357aea",
-        Keys { key: "1f369613dd76d5467730efcbe3b1a22d", iv: "fa044b2f42a3fd3b46fb255c", hp: "9f50449e04a0e810283a1e9933adedd2" },
+        Keys {
+            key: "1f369613dd76d5467730efcbe3b1a22d",
+            iv: "fa044b2f42a3fd3b46fb255c",
+            hp: "9f50449e04a0e810283a1e9933adedd2",
+        },
         "3c199828fd139efd216c155ad844cc81fb82fa8d7446fa7d78be803acdda951b",
-        Keys { key: "cf3a5331653c364c88f0f379b6067e37", iv: "0ac1493ca1905853b0bba03e", hp: "c206b8d9b9f0f37644430b490eeaa314" },
+        Keys {
+            key: "cf3a5331653c364c88f0f379b6067e37",
+            iv: "0ac1493ca1905853b0bba03e",
+            hp: "c206b8d9b9f0f37644430b490eeaa314",
+        },
     );
 }
 
@@ -157,9 +165,17 @@ fn rfc9369_a1_v2_keys() {
     check_keys(
         Version::V2,
         "14ec9d6eb9fd7af83bf5a668bc17a7e283766aade7ecd0891f70f9ff7f4bf47b",
-        Keys { key: "8b1a0bc121284290a29e0971b5cd045d", iv: "91f73e2351d8fa91660e909f", hp: "45b95e15235d6f45a6b19cbcb0294ba9" },
+        Keys {
+            key: "8b1a0bc121284290a29e0971b5cd045d",
+            iv: "91f73e2351d8fa91660e909f",
+            hp: "45b95e15235d6f45a6b19cbcb0294ba9",
+        },
         "0263db1782731bf4588e7e4d93b7463907cb8cd8200b5da55a8bd488eafc37c1",
-        Keys { key: "82db637861d55e1d011f19ea71d5d2a7", iv: "dd13c276499c0249d3310652", hp: "edf6d05c83121201b436e16877593c3a" },
+        Keys {
+            key: "82db637861d55e1d011f19ea71d5d2a7",
+            iv: "dd13c276499c0249d3310652",
+            hp: "edf6d05c83121201b436e16877593c3a",
+        },
     );
 }
 

@@ -28,10 +28,16 @@ fn cases() -> Vec<(Vec<u8>, Frame<'static>)> {
         (hex("05 08 11"), Frame::StopSending { stream_id: 8, error_code: 0x11 }),
         (hex("06 00 03 616263"), Frame::Crypto { offset: 0, data: b"abc" }),
         (hex("07 02 7a7a"), Frame::NewToken { token: b"zz" }),
-        (hex("08 04 68656c6c6f"), Frame::Stream { stream_id: 4, offset: 0, fin: false, has_len: false, data: b"hello" }),
+        (
+            hex("08 04 68656c6c6f"),
+            Frame::Stream { stream_id: 4, offset: 0, fin: false, has_len: false, data: b"hello" },
+        ),
         (hex("09 04 6869"), Frame::Stream { stream_id: 4, offset: 0, fin: true, has_len: false, data: b"hi" }),
         (hex("0a 00 02 6869"), Frame::Stream { stream_id: 0, offset: 0, fin: false, has_len: true, data: b"hi" }),
-        (hex("0f 01 4400 02 6869"), Frame::Stream { stream_id: 1, offset: 0x400, fin: true, has_len: true, data: b"hi" }),
+        (
+            hex("0f 01 4400 02 6869"),
+            Frame::Stream { stream_id: 1, offset: 0x400, fin: true, has_len: true, data: b"hi" },
+        ),
         (hex("0c 02 05 6869"), Frame::Stream { stream_id: 2, offset: 5, fin: false, has_len: false, data: b"hi" }),
         (hex("10 80100000"), Frame::MaxData { max: 0x0010_0000 }),
         (hex("11 04 4400"), Frame::MaxStreamData { stream_id: 4, max: 0x400 }),

@@ -2,6 +2,7 @@
 
 mod coalesced;
 mod crypto_rfc;
+mod decrypt;
 mod frames;
 mod keylog;
 mod quinn;
