@@ -53,8 +53,14 @@ pub fn options(args: &PcapArgs) -> Result<ModelOptions> {
         args.stall_timeout > 0.0 && args.stall_timeout.is_finite(),
         "--stall-timeout must be a positive number of seconds"
     );
-    anyhow::ensure!(args.quic_idle > 0.0 && args.quic_idle.is_finite(), "--quic-idle must be a positive number of seconds");
-    anyhow::ensure!(args.stream_window > 0.0 && args.conn_window > 0.0, "--stream-window and --conn-window must be positive (MiB)");
+    anyhow::ensure!(
+        args.quic_idle > 0.0 && args.quic_idle.is_finite(),
+        "--quic-idle must be a positive number of seconds"
+    );
+    anyhow::ensure!(
+        args.stream_window > 0.0 && args.conn_window > 0.0,
+        "--stream-window and --conn-window must be positive (MiB)"
+    );
     Ok(ModelOptions {
         stall_timeout_ms: (args.stall_timeout * 1000.0) as u64,
         quic_idle_ms: (args.quic_idle * 1000.0) as u64,
@@ -69,11 +75,16 @@ pub fn run(args: PcapArgs) -> Result<()> {
         converter(&args.file, args.keylog.as_deref(), &args.ports, Duration::from_millis(opts.quic_idle_ms))?;
     let report = analyse(&args.file.display().to_string(), conv, summary, &opts);
     if let Some(svg) = &args.svg {
-        std::fs::write(svg, crate::sinks::svg::render(&report)).with_context(|| format!("writing {}", svg.display()))?;
+        std::fs::write(svg, crate::sinks::svg::render(&report))
+            .with_context(|| format!("writing {}", svg.display()))?;
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let res = if args.json { json(&mut out, &report, &opts) } else { write!(out, "{}", report::text(&report, &CAPTURE_CLOCK)) };
+    let res = if args.json {
+        json(&mut out, &report, &opts)
+    } else {
+        write!(out, "{}", report::text(&report, &CAPTURE_CLOCK))
+    };
     match res {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("writing to stdout"),
@@ -161,7 +172,11 @@ pub fn analyse<I: Iterator<Item = crate::core::timeline::Step>>(
     }
 }
 
-fn snapshot(model: &crate::core::model::Model, flow_conn: &mut HashMap<FlowId, u64>, conns: &mut HashMap<u64, ConnReport>) {
+fn snapshot(
+    model: &crate::core::model::Model,
+    flow_conn: &mut HashMap<FlowId, u64>,
+    conns: &mut HashMap<u64, ConnReport>,
+) {
     for c in model.conns.iter().filter(|c| c.opened_reported) {
         for f in &c.flows {
             flow_conn.insert(*f, c.id);

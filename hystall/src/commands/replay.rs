@@ -23,7 +23,7 @@ pub struct Timeline {
     pub warnings: Box<dyn FnMut() -> Vec<String>>,
 }
 
-pub fn open(path: &Path, _keylog: Option<&Path>, _sel: &Selection) -> Result<Timeline> {
+pub fn open(path: &Path, keylog: Option<&Path>, sel: &Selection) -> Result<Timeline> {
     if crate::sources::replay::is_recording(path) {
         let rec = crate::sources::replay::open_recording(path)?;
         let h = &rec.header;
@@ -53,7 +53,42 @@ pub fn open(path: &Path, _keylog: Option<&Path>, _sel: &Selection) -> Result<Tim
             }),
         });
     }
-    anyhow::bail!("{}: not a hystall recording", path.display())
+    // Otherwise a capture: judged with the command line's options.
+    let options = ModelOptions {
+        stall_timeout_ms: (sel.stall_timeout * 1000.0) as u64,
+        quic_idle_ms: (sel.quic_idle * 1000.0) as u64,
+        stream_window: (sel.stream_window * 1048576.0) as u64,
+        conn_window: (sel.conn_window * 1048576.0) as u64,
+    };
+    let quic_idle = std::time::Duration::from_millis(options.quic_idle_ms);
+    let (conv, summary) = super::pcap::converter(path, keylog, &sel.ports, quic_idle)
+        .map_err(|e| anyhow::anyhow!("{}: not a hystall recording, and as a capture: {e:#}", path.display()))?;
+    let name = path.display().to_string();
+    Ok(Timeline {
+        title: format!("capture {name}"),
+        wall: super::pcap::CAPTURE_CLOCK,
+        options: options.clone(),
+        start: StartInfo {
+            pids: Vec::new(),
+            comms: Vec::new(),
+            all_processes: true,
+            stall_timeout_ms: options.stall_timeout_ms,
+            probes: Vec::new(),
+        },
+        steps: Box::new(conv),
+        warnings: Box::new(move || {
+            let s = summary.borrow();
+            let mut w = Vec::new();
+            if let Some(e) = &s.error {
+                w.push(format!("{name}: {e}; the replay stops there"));
+            }
+            let skipped = s.stats.skipped_total();
+            if skipped > 0 {
+                w.push(format!("{name}: {skipped} packets skipped (see `hystall pcap` for why)"));
+            }
+            w
+        }),
+    })
 }
 
 /// `watch --replay FILE`: every event, as fast as the file reads.

@@ -118,10 +118,15 @@ pub fn text(r: &Report, clock: &WallClock) -> String {
             let _ = writeln!(o, "  key log: no usable secrets ({s} lines skipped)");
         }
         (n, s) => {
-            let _ = writeln!(o, "  key log: {n} TLS connection(s){}", if s > 0 { format!(", {s} lines skipped") } else { String::new() });
+            let _ = writeln!(
+                o,
+                "  key log: {n} TLS connection(s){}",
+                if s > 0 { format!(", {s} lines skipped") } else { String::new() }
+            );
         }
     }
-    let _ = writeln!(o, "QUIC servers: {}", if r.servers.is_empty() { "none found".into() } else { r.servers.join(", ") });
+    let _ =
+        writeln!(o, "QUIC servers: {}", if r.servers.is_empty() { "none found".into() } else { r.servers.join(", ") });
     if r.conns.is_empty() {
         let _ = writeln!(o, "\nno QUIC connection in this capture");
     }
@@ -218,7 +223,9 @@ fn evidence(o: &mut String, r: &Report, f: &FrameState) {
         f.server_max_data.map_or("unknown".into(), human_bytes),
         when(f.max_data_raised),
         f.data_blocked_frames,
-        f.data_blocked.map(|(l, first, _)| format!(" at {} from {}", human_bytes(l), when(Some(first)))).unwrap_or_default(),
+        f.data_blocked
+            .map(|(l, first, _)| format!(" at {} from {}", human_bytes(l), when(Some(first))))
+            .unwrap_or_default(),
         f.stream_data_blocked,
         f.max_stream_data
     );

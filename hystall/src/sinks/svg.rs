@@ -78,7 +78,11 @@ pub fn render(r: &Report) -> String {
                 let ho = (other as f64 / max) * (STRIP - 6.0);
                 let base = y0 + STRIP - 4.0;
                 if hs > 0.0 {
-                    let _ = writeln!(o, r#"<rect x="{x:.1}" y="{:.1}" width="{bw:.1}" height="{hs:.1}" fill="{STREAM}"/>"#, base - hs);
+                    let _ = writeln!(
+                        o,
+                        r#"<rect x="{x:.1}" y="{:.1}" width="{bw:.1}" height="{hs:.1}" fill="{STREAM}"/>"#,
+                        base - hs
+                    );
                 }
                 if ho > 0.0 {
                     let _ = writeln!(
@@ -100,7 +104,8 @@ pub fn render(r: &Report) -> String {
                 (end - x).max(0.0),
                 y1 - y0
             );
-            let _ = writeln!(o, r#"<line x1="{x:.1}" y1="{y0}" x2="{x:.1}" y2="{y1}" stroke="{STALL}" stroke-width="2"/>"#);
+            let _ =
+                writeln!(o, r#"<line x1="{x:.1}" y1="{y0}" x2="{x:.1}" y2="{y1}" stroke="{STALL}" stroke-width="2"/>"#);
             let _ = writeln!(
                 o,
                 r#"<text x="{:.1}" y="{}" fill="{STALL}">stream data stopped +{:.2}s</text>"#,
@@ -114,7 +119,8 @@ pub fn render(r: &Report) -> String {
         let step = nice_step(dur);
         let mut t = 0.0;
         while t <= dur + 1e-9 {
-            let _ = writeln!(o, r##"<text x="{:.1}" y="{y}" text-anchor="middle" fill="#4a5568">{t:.0}s</text>"##, x_of(t));
+            let _ =
+                writeln!(o, r##"<text x="{:.1}" y="{y}" text-anchor="middle" fill="#4a5568">{t:.0}s</text>"##, x_of(t));
             t += step;
         }
     }

@@ -22,6 +22,8 @@ const MAX_STREAMS: usize = 100_000;
 
 struct QConn {
     dec: ConnDecryptor,
+    /// The DCID of the client's first Initial.
+    orig_dcid: Vec<u8>,
     /// DCID lengths of short headers: client→server (the server's CIDs) and server→client.
     cid_len: [Option<u8>; 2],
     /// The last flow the connection was seen on (frame figures are reported on it).
@@ -95,7 +97,15 @@ impl Decryptors {
         };
         let mut learned = Vec::new();
         for p in packets(d, opts) {
-            let Ok(p) = p else { break };
+            let p = match p {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::debug!("{flow:?} {dir:?}: undecodable QUIC packet: {e}");
+                    c.frames.unopened[dir as usize] += 1;
+                    c.dirty = true;
+                    break;
+                }
+            };
             // CID lengths for short headers, from the long headers' SCIDs.
             if let Header::Long(h) = &p.header {
                 let other = 1 - dir as usize;
@@ -128,7 +138,8 @@ impl Decryptors {
                     c.dirty = true;
                 }
                 Err(crate::core::quic::DecryptError::NotEncrypted(_)) => {}
-                Err(_) => {
+                Err(e) => {
+                    tracing::debug!("{flow:?} {dir:?}: {e}");
                     c.frames.unopened[dir as usize] += 1;
                     c.dirty = true;
                 }
@@ -148,8 +159,12 @@ impl Decryptors {
     /// packet carries (a port hop), else a new one.
     fn route(&mut self, flow: FlowId, dir: Dir, d: &[u8]) -> Option<usize> {
         if let Some(&i) = self.by_flow.get(&flow) {
-            // A new client Initial on a known flow is a new connection.
-            let fresh = dir == Dir::C2s && is_initial(d) && self.conns[i].frames.opened[1] > 0;
+            // A client Initial to a DCID this connection never used: a new
+            // connection from the same client port.
+            let fresh = dir == Dir::C2s
+                && initial_dcid(d).is_some_and(|dcid| {
+                    dcid != self.conns[i].orig_dcid.as_slice() && self.by_cid.get(dcid) != Some(&i)
+                });
             if !fresh {
                 return Some(i);
             }
@@ -173,6 +188,7 @@ impl Decryptors {
                     cid_len[0] = self.server_cid_len.get(&flow.server).copied();
                 }
                 self.conns.push(QConn {
+                    orig_dcid: initial_dcid(d).map(<[u8]>::to_vec).unwrap_or_default(),
                     dec: ConnDecryptor::new(self.keylog.clone()),
                     cid_len,
                     flow,
@@ -192,10 +208,7 @@ impl Decryptors {
 
     /// Frame figures that changed since the last call, on each connection's latest flow.
     pub fn changed(&mut self) -> Vec<(FlowId, FrameState)> {
-        self.conns
-            .iter_mut()
-            .filter_map(|c| std::mem::take(&mut c.dirty).then(|| (c.flow, c.frames.clone())))
-            .collect()
+        self.conns.iter_mut().filter_map(|c| std::mem::take(&mut c.dirty).then(|| (c.flow, c.frames.clone()))).collect()
     }
 
     /// Per connection, what the report needs.
@@ -229,10 +242,12 @@ pub struct Decrypted {
     pub series: Vec<[u64; 2]>,
 }
 
-fn is_initial(d: &[u8]) -> bool {
-    packets(d, DecodeOptions::default())
-        .next()
-        .is_some_and(|p| p.is_ok_and(|p| matches!(&p.header, Header::Long(h) if h.packet_type == LongType::Initial)))
+/// The DCID of a datagram's first packet, if it is an Initial.
+fn initial_dcid(d: &[u8]) -> Option<&[u8]> {
+    match packets(d, DecodeOptions::default()).next()?.ok()?.header {
+        Header::Long(h) if h.packet_type == LongType::Initial => Some(h.dcid),
+        _ => None,
+    }
 }
 
 fn record(c: &mut QConn, at: Mono, dir: Dir, space: Space, f: &Frame<'_>, learned: &mut Vec<Vec<u8>>) {

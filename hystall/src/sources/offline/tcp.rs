@@ -171,7 +171,8 @@ impl TcpTable {
             out.push(Observation::Sock { at, change: SockChange::Poll, sample: c.sample.clone() });
         }
         // Closed ones were reported; keep the table bounded.
-        self.conns.retain(|_, c| c.sample.state != CLOSE || c.sample.last_send.is_some_and(|t| at.since(t).as_secs() < 60));
+        self.conns
+            .retain(|_, c| c.sample.state != CLOSE || c.sample.last_send.is_some_and(|t| at.since(t).as_secs() < 60));
     }
 
     pub fn len(&self) -> usize {
@@ -222,7 +223,8 @@ mod tests {
             time += 0.05;
             t.flush(s(time), &mut out);
         }
-        let mut table = SocketTable::new(Thresholds { stall_timeout: std::time::Duration::from_secs(3), ..Default::default() });
+        let mut table =
+            SocketTable::new(Thresholds { stall_timeout: std::time::Duration::from_secs(3), ..Default::default() });
         for o in out {
             table.apply(o);
         }

@@ -184,14 +184,10 @@ pub fn gso_segments(payload: &[u8], dcid: Option<&[u8]>) -> Vec<(usize, usize)> 
     let cid = dcid.filter(|c| !c.is_empty());
     let min = if cid.is_some() { 21 } else { 1000 };
     let fits = |s: usize| {
-        (1..)
-            .map(|k| k * s)
-            .take_while(|&o| o < payload.len())
-            .all(|o| {
-                // The form bit only: the fixed bit may be greased (RFC 9287, quinn does).
-                payload[o] & 0x80 == first & 0x80
-                    && cid.is_none_or(|c| payload.get(o + 1..o + 1 + c.len()) == Some(c))
-            })
+        (1..).map(|k| k * s).take_while(|&o| o < payload.len()).all(|o| {
+            // The form bit only: the fixed bit may be greased (RFC 9287, quinn does).
+            payload[o] & 0x80 == first & 0x80 && cid.is_none_or(|c| payload.get(o + 1..o + 1 + c.len()) == Some(c))
+        })
     };
     match (min..=MAX_DATAGRAM.min(payload.len().saturating_sub(1))).find(|&s| fits(s)) {
         Some(s) => (0..payload.len()).step_by(s).map(|o| (o, s.min(payload.len() - o))).collect(),
