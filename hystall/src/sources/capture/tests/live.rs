@@ -103,7 +103,8 @@ fn scratch(test: &str, name: &str) -> PathBuf {
 
 fn tcpdump_args(file: &Path, extra: &[&str]) -> impl Fn(u16) -> Vec<String> {
     let mut base: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    base.extend(["-Z", "root", "-U", "-w"].map(String::from));
+    // Immediate mode: with TPACKET_V3 a short capture may otherwise sit unflushed in a block.
+    base.extend(["-Z", "root", "--immediate-mode", "-U", "-w"].map(String::from));
     base.push(file.display().to_string());
     move |port| {
         let mut v = base.clone();
