@@ -76,7 +76,10 @@ struct Iface {
 enum Peek {
     /// This many bytes are needed to read the header.
     NeedHeader(usize),
-    Block { len: usize, section_header: bool },
+    Block {
+        len: usize,
+        section_header: bool,
+    },
 }
 
 enum Fill {
@@ -114,14 +117,8 @@ impl<R: Read> Container<R> {
         let got = read_up_to(&mut input, &mut prefix).map_err(|source| CaptureError::Io { offset: 0, source })?;
         prefix.truncate(got);
         let format = magic::detect(&prefix)?;
-        let mut state = State {
-            format,
-            record_header: 16,
-            legacy_linktype: 0,
-            big_endian: false,
-            ifaces: Vec::new(),
-            last_ts: 0,
-        };
+        let mut state =
+            State { format, record_header: 16, legacy_linktype: 0, big_endian: false, ifaces: Vec::new(), last_ts: 0 };
         // Frame the first section header like any block, so a giant one is an error and a
         // long one gets a buffer that fits it.
         let shb_len = match format {
@@ -150,9 +147,7 @@ impl<R: Read> Container<R> {
             CaptureFormat::PcapNg => {
                 let capacity = INITIAL_BUFFER.max(shb_len.next_power_of_two());
                 Inner::Ng(PcapNGReader::new(capacity, fill).map_err(|e| match e {
-                    PcapError::Incomplete(_) => {
-                        CaptureError::TruncatedSectionHeader { need: shb_len }
-                    }
+                    PcapError::Incomplete(_) => CaptureError::TruncatedSectionHeader { need: shb_len },
                     e => header_error(&e, &io_error),
                 })?)
             }
@@ -255,7 +250,7 @@ fn peek(st: &State, data: &[u8], offset: u64) -> Result<Peek, CaptureError> {
                 st.big_endian
             };
             let len = read_u32(head.get(4..).unwrap_or_default(), big_endian) as u64;
-            if (len < 12 || len % 4 != 0) && len <= MAX_BLOCK as u64 {
+            if (len < 12 || !len.is_multiple_of(4)) && len <= MAX_BLOCK as u64 {
                 return Err(CaptureError::BadBlockLength { what: "pcapng block", offset, len });
             }
             (len, is_shb, "pcapng block")

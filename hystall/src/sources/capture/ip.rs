@@ -69,7 +69,8 @@ fn ipv4(p: &[u8]) -> Result<IpPacket<'_>, SkipReason> {
     let frag_field = u16::from_be_bytes([h[6], h[7]]);
     let offset = usize::from(frag_field & 0x1fff) * 8;
     let more = frag_field & 0x2000 != 0;
-    let frag = (more || offset > 0).then_some(Fragment { id: u32::from(u16::from_be_bytes([h[4], h[5]])), offset, more });
+    let frag =
+        (more || offset > 0).then_some(Fragment { id: u32::from(u16::from_be_bytes([h[4], h[5]])), offset, more });
     Ok(IpPacket {
         src: IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])),
         dst: IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19])),

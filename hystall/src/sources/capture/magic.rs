@@ -35,11 +35,9 @@ pub(super) fn detect(prefix: &[u8]) -> Result<CaptureFormat, CaptureError> {
         _ => return Err(not_a_capture(prefix)),
     };
     match format {
-        CaptureFormat::Pcap { .. } if prefix.len() < PCAP_HEADER_LEN => Err(CaptureError::TruncatedHeader {
-            what: "pcap global header",
-            got: prefix.len(),
-            need: PCAP_HEADER_LEN,
-        }),
+        CaptureFormat::Pcap { .. } if prefix.len() < PCAP_HEADER_LEN => {
+            Err(CaptureError::TruncatedHeader { what: "pcap global header", got: prefix.len(), need: PCAP_HEADER_LEN })
+        }
         CaptureFormat::PcapNg => {
             let bom = prefix.get(8..12).and_then(|b| b.first_chunk::<4>()).map(|b| u32::from_le_bytes(*b));
             match bom {

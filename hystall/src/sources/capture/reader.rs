@@ -42,7 +42,12 @@ impl<'a> CaptureReader<&'a [u8]> {
 impl<R: Read> CaptureReader<R> {
     /// Reads the capture header from `input`; records are read as they are iterated.
     pub fn new(input: R) -> Result<Self, CaptureError> {
-        Ok(CaptureReader { container: Container::open(input)?, decoder: Decoder::default(), stats: Stats::default(), done: false })
+        Ok(CaptureReader {
+            container: Container::open(input)?,
+            decoder: Decoder::default(),
+            stats: Stats::default(),
+            done: false,
+        })
     }
 
     pub fn format(&self) -> CaptureFormat {

@@ -110,7 +110,8 @@ impl Pending {
     fn insert(&mut self, frag: Fragment, data: &[u8]) -> Result<(), SkipReason> {
         let (start, end) = (frag.offset, frag.offset + data.len());
         if !frag.more {
-            if self.total.is_some_and(|t| t != end) || self.parts.iter().next_back().is_some_and(|(s, d)| s + d.len() > end)
+            if self.total.is_some_and(|t| t != end)
+                || self.parts.iter().next_back().is_some_and(|(s, d)| s + d.len() > end)
             {
                 return Err(SkipReason::FragmentInconsistent);
             }

@@ -80,14 +80,11 @@ fn round_trip(name: &str, program: &str, ready: &str, file: &Path, args: impl Fn
     let format = reader.format();
     let mut got = Vec::new();
     for record in reader {
-        if let Record::Packet(p) = record.expect("read capture") {
-            if let L4::Udp { payload, truncated, .. } = p.l4 {
-                if p.dst.port() == port {
-                    assert!(!truncated);
-                    assert!(p.ts > 1_600_000_000_000_000_000, "a real timestamp");
-                    got.push(payload);
-                }
-            }
+        let Record::Packet(p) = record.expect("read capture") else { continue };
+        if let (L4::Udp { payload, truncated, .. }, true) = (p.l4, p.dst.port() == port) {
+            assert!(!truncated);
+            assert!(p.ts > 1_600_000_000_000_000_000, "a real timestamp");
+            got.push(payload);
         }
     }
     assert_eq!(got, sent, "{name}: the capture holds exactly the datagrams sent, in order");

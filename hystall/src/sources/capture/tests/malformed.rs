@@ -33,7 +33,10 @@ fn empty_file() {
 #[test]
 fn wrong_magic_says_what_the_bytes_look_like() {
     let gz = open_error(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3]).to_string();
-    assert_eq!(gz, "not a pcap or pcapng capture: the first bytes are 1f 8b 08 00 00 00 00 00 (gzip data: decompress it first)");
+    assert_eq!(
+        gz,
+        "not a pcap or pcapng capture: the first bytes are 1f 8b 08 00 00 00 00 00 (gzip data: decompress it first)"
+    );
     let text = open_error(b"Dec  2 15:51:37 host kernel: hello\n").to_string();
     assert!(text.ends_with("(text)"), "{text}");
     assert!(text.contains("44 65 63 20"), "{text}");
@@ -93,7 +96,9 @@ fn giant_record_lengths_are_fatal_with_the_offset() {
     let e = result.expect_err("fatal");
     assert_eq!(
         e.to_string(),
-        format!("pcap record at byte {offset} declares 4294967311 bytes, more than the 16777216-byte limit: corrupt file")
+        format!(
+            "pcap record at byte {offset} declares 4294967311 bytes, more than the 16777216-byte limit: corrupt file"
+        )
     );
     let mut file = shb(true);
     file.extend(idb(true, 101, 0, None));
@@ -154,7 +159,21 @@ fn random_bodies_on_every_link_type_never_panic() {
     let mut rng = Rng(0x0123_4567_89ab_cdef);
     let valid_ips = [
         ip(V4A, V4B, 17, &udp(1, 2, b"seed payload")),
-        ip(V6A, V6B, 6, &tcp(&Tcp { sport: 1, dport: 2, seq: 3, ack: 4, flags: 2, window: 5, options: &[2, 4, 5, 180], payload: b"" })),
+        ip(
+            V6A,
+            V6B,
+            6,
+            &tcp(&Tcp {
+                sport: 1,
+                dport: 2,
+                seq: 3,
+                ack: 4,
+                flags: 2,
+                window: 5,
+                options: &[2, 4, 5, 180],
+                payload: b"",
+            }),
+        ),
         ipv4(V4A, V4B, 17, 9, 0x2001, &[0; 64]),
         ipv6(V6A, V6B, 44, &[17, 0, 0, 9, 0, 0, 0, 1, 1, 2, 3, 4]),
     ];

@@ -113,7 +113,16 @@ fn snaplen_cut_udp_is_yielded_truncated_with_its_original_length() {
 fn tcp_syn_options_give_mss_and_window_scale() {
     // MSS 1460, NOP, WS 7, SACK-permitted, timestamps, NOP padding.
     let options = [2, 4, 5, 180, 1, 3, 3, 7, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2, 1, 1, 1, 0];
-    let syn = tcp(&Tcp { sport: 40000, dport: 443, seq: 1, ack: 0, flags: 0x02, window: 64240, options: &options, payload: b"" });
+    let syn = tcp(&Tcp {
+        sport: 40000,
+        dport: 443,
+        seq: 1,
+        ack: 0,
+        flags: 0x02,
+        window: 64240,
+        options: &options,
+        payload: b"",
+    });
     let (p, _) = packets(&pcap(false, false, 228, &[rec(1, 0, &ip(V4A, V4B, 6, &syn))]));
     let L4::Tcp { flags, wscale, mss, window, payload_len, .. } = p[0].l4 else { panic!("tcp") };
     assert_eq!((wscale, mss, window, payload_len), (Some(7), Some(1460), 64240, 0));
@@ -332,7 +341,8 @@ fn open_reads_a_file_from_disk() {
     let dir = std::env::temp_dir().join(format!("hystall-capture-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let path = dir.join("one.pcap");
-    std::fs::write(&path, pcap(false, false, 228, &[rec(1, 0, &ip(V4A, V4B, 17, &udp(1, 2, b"disk")))])).expect("write");
+    std::fs::write(&path, pcap(false, false, 228, &[rec(1, 0, &ip(V4A, V4B, 17, &udp(1, 2, b"disk")))]))
+        .expect("write");
     let records: Vec<_> = CaptureReader::open(&path).expect("open").collect::<Result<_, _>>().expect("read");
     assert_eq!(records.len(), 1);
     let missing = CaptureReader::open(dir.join("missing.pcap")).err().expect("error");
