@@ -250,7 +250,7 @@ fn peek(st: &State, data: &[u8], offset: u64) -> Result<Peek, CaptureError> {
                 st.big_endian
             };
             let len = read_u32(head.get(4..).unwrap_or_default(), big_endian) as u64;
-            if len < 12 || len % 4 != 0 {
+            if (len < 12 || !len.is_multiple_of(4)) && len <= MAX_BLOCK as u64 {
                 return Err(CaptureError::BadBlockLength { what: "pcapng block", offset, len });
             }
             (len, is_shb, "pcapng block")

@@ -34,6 +34,8 @@ impl<R: Read> Read for FillRead<R> {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // Hand over what we have; the error comes back at the next call.
+                Err(_) if filled > 0 => break,
                 Err(e) => {
                     let kind = e.kind();
                     if let Ok(mut slot) = self.error.lock() {
