@@ -103,8 +103,20 @@ fn pcap(file: &Path, extra: &[&str]) -> (Vec<Value>, String) {
 }
 
 fn starved(events: &[Value]) -> Vec<&Value> {
+    conns(events).into_iter().filter(|c| !c["starved"].is_null()).collect()
+}
+
+fn conns(events: &[Value]) -> Vec<&Value> {
     let summary = events.iter().find(|e| e["event"] == "pcap_summary").expect("pcap_summary");
-    summary["conns"].as_array().unwrap().iter().filter(|c| !c["starved"].is_null()).collect()
+    summary["conns"].as_array().unwrap().iter().collect()
+}
+
+/// The lab's own connection (other QUIC on loopback may be in the capture).
+fn lab_conn<'a>(events: &'a [Value], client: &str) -> &'a Value {
+    conns(events)
+        .into_iter()
+        .find(|c| c["client"] == client)
+        .unwrap_or_else(|| panic!("no connection of {client}: {events:#?}"))
 }
 
 fn unix(ts: &str) -> f64 {
@@ -146,9 +158,7 @@ fn a_capture_of_the_lab_stall_is_starved_from_the_right_moment_and_confirmed_wit
 
     // Headers, timing and the targets' TCP: likely.
     let (events, _) = pcap(&file, &[]);
-    let s = starved(&events);
-    assert_eq!(s.len(), 1, "one starved connection: {events:#?}");
-    assert_eq!(s[0]["client"], client.as_str());
+    let s = [lab_conn(&events, &client)];
     assert_eq!(s[0]["starved"]["confidence"], "likely", "{}", s[0]);
     let since = unix(s[0]["starved"]["since"].as_str().unwrap());
     eprintln!("lab capture: starved since {since:.3}, tshark's last client bulk {truth:.3}");
@@ -160,14 +170,16 @@ fn a_capture_of_the_lab_stall_is_starved_from_the_right_moment_and_confirmed_wit
     // With the key log: the frames prove it.
     let svg = dir.join("lab.svg");
     let (events, _) = pcap(&file, &["--keylog", keys.to_str().unwrap(), "--svg", svg.to_str().unwrap()]);
-    let s = starved(&events);
-    assert_eq!(s.len(), 1, "{events:#?}");
+    let s = [lab_conn(&events, &client)];
     assert_eq!(s[0]["starved"]["confidence"], "confirmed", "{}", s[0]);
     let since = unix(s[0]["starved"]["since"].as_str().unwrap());
     assert!((since - truth).abs() <= 1.0, "since {since} vs tshark {truth}");
     let f = &s[0]["frames"];
+    // The client used the whole connection window (a capture that dropped a
+    // few packets under load misses some stream bytes: then DATA_BLOCKED says it).
     let (consumed, max) = (f["client_consumed"].as_u64().unwrap(), f["server_max_data"].as_u64().unwrap());
-    assert!(consumed >= max && max > 0, "the client used the whole connection window: {f}");
+    let named = f["data_blocked"][0].as_u64().unwrap_or(0);
+    assert!(max > 0 && (consumed >= max || named >= max), "the client used the whole connection window: {f}");
     assert!(f["acks"][0].as_u64().unwrap() > 0 && f["datagrams"][0].as_u64().unwrap() > 0, "{f}");
     let d = &s[0]["decrypt"];
     assert_eq!(d["auth_failed"], 0, "{d}");
@@ -175,10 +187,30 @@ fn a_capture_of_the_lab_stall_is_starved_from_the_right_moment_and_confirmed_wit
     let picture = std::fs::read_to_string(&svg).unwrap();
     assert!(picture.starts_with("<svg") && picture.contains("stream data stopped"), "the picture marks the stall");
 
+    // Played back like a live run (`watch --replay`): the same verdict.
+    let out = Command::new(bin())
+        .args(["watch", "--json", "--stall-timeout", TIMEOUT, "--replay"])
+        .arg(&file)
+        .arg("--keylog")
+        .arg(&keys)
+        .output()
+        .unwrap();
+    let replayed: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(replayed.iter().any(|e| e["event"] == "quic_starved" && e["confidence"] == "confirmed"), "{replayed:#?}");
+
     // The readable report says the same.
-    let out = Command::new(bin()).args(["pcap", "--stall-timeout", TIMEOUT, "--keylog"]).arg(&keys).arg(&file).output().unwrap();
+    let out = Command::new(bin())
+        .args(["pcap", "--stall-timeout", TIMEOUT, "--keylog"])
+        .arg(&keys)
+        .arg(&file)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("STARVED (confirmed)") && text.contains("DATA_BLOCKED") || text.contains("MAX_DATA"), "{text}");
+    assert!(
+        text.contains("STARVED (confirmed)") && text.contains("DATA_BLOCKED") || text.contains("MAX_DATA"),
+        "{text}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -187,13 +219,12 @@ fn a_capture_of_the_lab_with_reading_targets_has_no_verdict() {
     let test = "a_capture_of_the_lab_with_reading_targets_has_no_verdict";
     let Some(_g) = root_or_skip(test) else { return };
     let dir = tmpdir("lab-fast");
-    let (file, keys, _) = lab_capture(&dir, "fast", 4, 8);
+    let (file, keys, client) = lab_capture(&dir, "fast", 4, 8);
     let (events, _) = pcap(&file, &[]);
-    assert!(starved(&events).is_empty(), "{events:#?}");
+    assert!(lab_conn(&events, &client)["starved"].is_null(), "{events:#?}");
     let (events, _) = pcap(&file, &["--keylog", keys.to_str().unwrap()]);
-    assert!(starved(&events).is_empty(), "{events:#?}");
-    let summary = events.iter().find(|e| e["event"] == "pcap_summary").unwrap();
-    let conn = &summary["conns"][0];
+    let conn = lab_conn(&events, &client);
+    assert!(conn["starved"].is_null(), "{events:#?}");
     assert!(conn["frames"]["stream_bytes"][0].as_u64().unwrap() > 10 << 20, "uploads decrypted: {conn}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -93,3 +93,57 @@ fn top_lab_shows_the_starved_connection_and_quits_cleanly() {
     let labs = Command::new("pgrep").args(["-f", "hystall lab --json"]).output().expect("pgrep");
     assert!(labs.stdout.is_empty(), "the lab child is gone");
 }
+
+#[test]
+fn top_replays_a_recorded_stall_in_the_dashboard() {
+    let Some(_g) = root_or_skip("top_replays_a_recorded_stall_in_the_dashboard") else { return };
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("top_replays_a_recorded_stall_in_the_dashboard: skipped: tmux not installed");
+        return;
+    }
+    const REPLAY: &str = "hystall_top_replay_test";
+    let dir = std::env::temp_dir().join(format!("hystall-top-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("stall.hrec");
+    let rec = Command::new(common::bin())
+        .args(["record", file.to_str().unwrap(), "--lab", "--stall-timeout", "3", "--duration", "12"])
+        .output()
+        .expect("record");
+    assert_eq!(rec.status.code(), Some(0), "{}", String::from_utf8_lossy(&rec.stderr));
+
+    let _ = tmux(&["kill-session", "-t", REPLAY]);
+    let cmd = format!(
+        "{} top --replay {} --speed 4 --refresh 250; echo TOP-EXITED-$?; sleep 30",
+        common::bin(),
+        file.display()
+    );
+    let out = tmux(&["new-session", "-d", "-s", REPLAY, "-x", "160", "-y", "48", &cmd]);
+    assert!(out.status.success(), "tmux: {}", String::from_utf8_lossy(&out.stderr));
+    struct Kill;
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = tmux(&["kill-session", "-t", "hystall_top_replay_test"]);
+        }
+    }
+    let _kill = Kill;
+    let screen = || String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", REPLAY]).stdout).into_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        last = screen();
+        if last.contains("STARVED likely") && last.contains("replay") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(last.contains("STARVED likely") && last.contains("replay"), "screen:\n{last}");
+    let stalled_rows = last.lines().filter(|l| l.contains("STALLED")).count();
+    assert!(stalled_rows >= 3, "{last}");
+    let _ = tmux(&["send-keys", "-t", REPLAY, "q"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && !screen().contains("TOP-EXITED-0") {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(screen().contains("TOP-EXITED-0"), "{}", screen());
+    std::fs::remove_dir_all(&dir).ok();
+}
