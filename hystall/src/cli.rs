@@ -158,6 +158,9 @@ pub struct WatchArgs {
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (docs/METRICS.md).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -174,6 +177,9 @@ pub struct TopArgs {
     /// Quit after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (docs/METRICS.md).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]

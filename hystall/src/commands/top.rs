@@ -20,6 +20,7 @@ use ratatui::crossterm::terminal::{EnterAlternateScreen, LeaveAlternateScreen, d
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
+use super::metrics::Metrics;
 use super::pipeline::{Pipeline, TICK, deadline};
 use crate::cli::TopArgs;
 use crate::core::time::{WallClock, mono_now};
@@ -57,6 +58,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
     let mut term_sig = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int_sig = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     // Probes first: their errors are printed on a normal terminal.
+    let mut metrics = Metrics::start(args.metrics)?;
     let mut p = Pipeline::start(&args.select, &args.lab, &args.enforce, false)?;
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let mut tui = Tui::new(no_color);
@@ -93,6 +95,9 @@ pub async fn run(args: TopArgs) -> Result<()> {
             r = p.recv() => r?,
             _ = tick.tick() => {
                 let events = p.tick();
+                if let Some(m) = metrics.as_mut() {
+                    m.update(&p, &events);
+                }
                 for e in &events {
                     if let crate::core::event::Event::Enforced(x) = &e.event {
                         let what = if x.dry_run { "would destroy".to_owned() } else { x.result.clone() };
@@ -124,6 +129,9 @@ pub async fn run(args: TopArgs) -> Result<()> {
                         {
                             if let crate::core::event::Event::Enforced(x) = &ev.event {
                                 tui.set_action(cookie, &x.result);
+                            }
+                            if let Some(m) = metrics.as_mut() {
+                                m.update(&p, std::slice::from_ref(&ev));
                             }
                             tui.observe(&p.model, mono_now(), &[ev], &clock);
                         }

@@ -3,4 +3,5 @@
 
 pub mod enforcer;
 pub mod lines;
+pub mod metrics;
 pub mod tui;
