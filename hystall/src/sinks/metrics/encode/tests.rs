@@ -2,7 +2,6 @@
 //! stalled targets (driven through the real model), plus enforcement events
 //! and kernel figures.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use super::encode;
