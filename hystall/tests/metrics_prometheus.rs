@@ -85,7 +85,8 @@ impl Prometheus {
     /// The state of the alerting rule `name` (inactive, pending, firing) and its health.
     fn rule(&self, name: &str) -> Option<(String, String)> {
         let v = self.get("/api/v1/rules?type=alert")?;
-        let rules = v["data"]["groups"].as_array()?.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default());
+        let rules =
+            v["data"]["groups"].as_array()?.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default());
         rules
             .into_iter()
             .find(|r| r["name"] == name)

@@ -141,8 +141,7 @@ fn debian_packages(log: &Log) -> anyhow::Result<()> {
     if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
         need("llvm-22-dev");
     }
-    for (bin, pkg) in
-    [
+    for (bin, pkg) in [
         ("tmux", "tmux"),
         ("tcpdump", "tcpdump"),
         ("nft", "nftables"),

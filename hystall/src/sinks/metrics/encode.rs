@@ -59,7 +59,9 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
         &mut r,
         "enforcement_actions",
         "Enforcement actions on stalled targets (--enforce), by action and result",
-        t.actions.iter().map(|((a, res), n)| (vec![("action", (*a).to_owned()), ("result", res.as_str().to_owned())], *n)),
+        t.actions
+            .iter()
+            .map(|((a, res), n)| (vec![("action", (*a).to_owned()), ("result", res.as_str().to_owned())], *n)),
     );
     count(&mut r, "enforcement_refusals", "Enforcement decisions refused (rate limit)", t.refusals);
 
@@ -90,7 +92,12 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
             (vec![("map", "flows".to_owned())], c(counter::FLOWS_FULL)),
         ],
     );
-    count(&mut r, "kernel_udp_packets", "UDP packets on the server ports counted by the classifier", c(counter::UDP_PACKETS));
+    count(
+        &mut r,
+        "kernel_udp_packets",
+        "UDP packets on the server ports counted by the classifier",
+        c(counter::UDP_PACKETS),
+    );
     count(&mut r, "kernel_unparsed_packets", "Packets the classifier could not parse", c(counter::UNPARSED));
     gauges(
         &mut r,
@@ -104,7 +111,12 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
         "Kernel programs that failed to attach (on-demand ones not yet needed excluded)",
         k.probes.iter().filter(|p| !p.attached && !p.waiting).count() as u64,
     );
-    gauge(&mut r, "probe_stats_enabled", "BPF run-time statistics are collected (else run times stay 0)", k.stats_enabled.into());
+    gauge(
+        &mut r,
+        "probe_stats_enabled",
+        "BPF run-time statistics are collected (else run times stay 0)",
+        k.stats_enabled.into(),
+    );
     let run_time = Family::<Labels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
     let run_count = Family::<Labels, Counter>::default();
     for p in &k.progs {

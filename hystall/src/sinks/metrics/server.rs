@@ -112,9 +112,7 @@ fn respond(req: Request, shared: &Mutex<Shared>) {
                 Err(_) => Response::from_string("encoding failed\n").with_status_code(500),
             }
         }
-        (Method::Get | Method::Head, "/") => {
-            typed(Response::from_string(INDEX), "text/html; charset=utf-8")
-        }
+        (Method::Get | Method::Head, "/") => typed(Response::from_string(INDEX), "text/html; charset=utf-8"),
         (Method::Get | Method::Head, _) => Response::from_string("not found\n").with_status_code(404),
         _ => Response::from_string("method not allowed\n").with_status_code(405),
     };

@@ -78,11 +78,8 @@ impl Totals {
         for e in events {
             *self.events.entry(e.event.name()).or_default() += 1;
             match &e.event {
-                Event::QuicStarved(s) => {
-                    if self.starved_now.insert(s.conn) {
-                        self.starvations += 1;
-                    }
-                }
+                // Counted once per connection, however often its confidence rises.
+                Event::QuicStarved(s) => self.starvations += u64::from(self.starved_now.insert(s.conn)),
                 Event::QuicRecovered(s) => {
                     self.starved_now.remove(&s.conn);
                     self.recoveries += 1;
