@@ -26,7 +26,7 @@ const CONFIDENCES: [&str; 3] = ["suspected", "likely", "confirmed"];
 pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
     let mut r = Registry::with_prefix("hystall");
     r.register("build", "hystall's version", Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]));
-    gauge(&mut r, "up", "1 while the pipeline runs (0: it stopped ticking)", up.into());
+    gauge(&mut r, "up", "1 while the pipeline publishes (0: none yet, or none for 5 s)", up.into());
 
     // Targets and connections, now.
     gauge(&mut r, "stalled_targets", "Target sockets whose sends made no progress for the stall timeout", s.targets[2]);

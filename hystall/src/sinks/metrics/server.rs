@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use tiny_http::{Header, Method, Request, Response, Server};
@@ -25,11 +26,21 @@ const INDEX: &str = "<!doctype html><html><head><title>hystall</title></head><bo
 <h1>hystall exporter</h1>\n<p><a href=\"/metrics\">/metrics</a>: Prometheus metrics \
 (text format 0.0.4; see docs/METRICS.md).</p>\n</body></html>\n";
 
-/// The latest snapshot and whether the pipeline still ticks.
+/// A pipeline that has not published for this long is wedged: `hystall_up 0`
+/// (the HTTP thread would otherwise keep serving a frozen snapshot).
+const STALE_AFTER: Duration = Duration::from_secs(5);
+
+/// The latest snapshot and when it came.
 #[derive(Default)]
 struct Shared {
     snapshot: Snapshot,
-    up: bool,
+    published: Option<Instant>,
+}
+
+impl Shared {
+    fn up(&self) -> bool {
+        self.published.is_some_and(|t| t.elapsed() < STALE_AFTER)
+    }
 }
 
 /// The running exporter; dropping it stops the HTTP thread and frees the port.
@@ -42,8 +53,8 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Binds `addr` and serves on a new thread. Until the first `publish`,
-    /// scrapes see an empty snapshot with `hystall_up 0`.
+    /// Binds `addr` and serves on a new thread. Until the first `publish`
+    /// (and whenever none came for `STALE_AFTER`), scrapes say `hystall_up 0`.
     pub fn start(addr: SocketAddr) -> Result<Exporter, MetricsError> {
         let server = Server::http(addr).map_err(|e| MetricsError::Bind { addr, why: e.to_string() })?;
         let server = Arc::new(server);
@@ -69,7 +80,7 @@ impl Exporter {
     pub fn publish(&self, snapshot: Snapshot) {
         let mut s = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         s.snapshot = snapshot;
-        s.up = true;
+        s.published = Some(Instant::now());
     }
 }
 
@@ -92,7 +103,7 @@ fn serve(server: &Server, shared: &Mutex<Shared>, stop: &AtomicBool) {
             Err(e) => {
                 tracing::debug!("metrics: {e}");
                 if !stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    std::thread::sleep(Duration::from_millis(50));
                 }
             }
         }
@@ -105,7 +116,7 @@ fn respond(req: Request, shared: &Mutex<Shared>) {
         (Method::Get | Method::Head, "/metrics") => {
             let body = {
                 let s = shared.lock().unwrap_or_else(PoisonError::into_inner);
-                encode(&s.snapshot, s.up)
+                encode(&s.snapshot, s.up())
             };
             match body {
                 Ok(b) => typed(Response::from_string(b), CONTENT_TYPE),
@@ -130,3 +141,6 @@ fn typed(res: Body, content_type: &str) -> Body {
         Err(()) => res,
     }
 }
+
+#[cfg(test)]
+mod tests;
