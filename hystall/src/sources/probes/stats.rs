@@ -19,7 +19,7 @@ const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 #[derive(Debug)]
 pub struct StatsGuard {
     /// Statistics stay on while this fd is open (None: we could not enable them).
-    _fd: Option<OwnedFd>,
+    fd: Option<OwnedFd>,
     /// Why enabling failed, for the log.
     pub error: Option<String>,
 }
@@ -30,14 +30,14 @@ impl StatsGuard {
     /// unless the sysctl is on, and `enabled()` says so.
     pub fn enable() -> StatsGuard {
         match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
-            Ok(fd) => StatsGuard { _fd: Some(fd), error: None },
-            Err(e) => StatsGuard { _fd: None, error: Some(e.to_string()) },
+            Ok(fd) => StatsGuard { fd: Some(fd), error: None },
+            Err(e) => StatsGuard { fd: None, error: Some(e.to_string()) },
         }
     }
 
     /// Whether run times are being collected now (our fd, or the sysctl).
     pub fn enabled(&self) -> bool {
-        self._fd.is_some() || sysctl_enabled()
+        self.fd.is_some() || sysctl_enabled()
     }
 }
 
