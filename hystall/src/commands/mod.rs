@@ -2,6 +2,7 @@
 
 pub mod doctor;
 pub mod lab_side;
+pub mod metrics;
 pub mod pcap;
 pub mod pipeline;
 pub mod record;

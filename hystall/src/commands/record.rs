@@ -16,6 +16,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         duration: args.duration,
         replay: None,
         keylog: None,
+        metrics: None,
     };
     run_live(watch, Some(to)).await
 }

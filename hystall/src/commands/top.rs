@@ -20,6 +20,7 @@ use ratatui::crossterm::terminal::{EnterAlternateScreen, LeaveAlternateScreen, d
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
+use super::metrics::Metrics;
 use super::pipeline::{Pipeline, TICK, deadline};
 use crate::cli::TopArgs;
 use crate::core::event::Stamped;
@@ -126,6 +127,7 @@ impl Feed {
 pub async fn run(args: TopArgs) -> Result<()> {
     let mut term_sig = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int_sig = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut metrics = Metrics::start(args.metrics)?;
     // Probes (or the file) first: their errors are printed on a normal terminal.
     let (mut feed, clock) = match &args.replay {
         None => {
@@ -180,6 +182,11 @@ pub async fn run(args: TopArgs) -> Result<()> {
             r = feed.recv() => r?,
             _ = tick.tick() => {
                 let events = feed.tick()?;
+                if let Some(m) = metrics.as_mut()
+                    && let Feed::Live(p) = &feed
+                {
+                    m.update(p, &events);
+                }
                 for e in &events {
                     if let crate::core::event::Event::Enforced(x) = &e.event {
                         let what = if x.dry_run { "would destroy".to_owned() } else { x.result.clone() };
@@ -215,6 +222,9 @@ pub async fn run(args: TopArgs) -> Result<()> {
                         {
                             if let crate::core::event::Event::Enforced(x) = &ev.event {
                                 tui.set_action(cookie, &x.result);
+                            }
+                            if let Some(m) = metrics.as_mut() {
+                                m.update(&p, std::slice::from_ref(&ev));
                             }
                             tui.observe(&p.model, mono_now(), &[ev], &clock);
                         }

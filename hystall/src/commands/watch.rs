@@ -5,6 +5,7 @@ use std::io::ErrorKind;
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::metrics::Metrics;
 use super::pipeline::{Pipeline, TICK, deadline};
 use crate::cli::WatchArgs;
 use crate::core::event::{Event, Stamped};
@@ -31,6 +32,7 @@ pub async fn run_live(args: WatchArgs, record: Option<RecordTo<'_>>) -> Result<(
     // through the normal path (probes dropped, exit 0), not kill the process.
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut metrics = Metrics::start(args.metrics)?;
     let mut p = Pipeline::start(&args.select, &args.lab, &args.enforce, !args.json)?;
     if let Some(r) = &record {
         p.record(r.path, r.max_bytes, r.keep)?;
@@ -38,7 +40,11 @@ pub async fn run_live(args: WatchArgs, record: Option<RecordTo<'_>>) -> Result<(
 
     let format = if args.json { Format::Json } else { Format::Text };
     let mut out = Lines::new(std::io::stdout().lock(), format, WallClock::now());
-    if emit(&mut out, &Stamped { at: mono_now(), event: Event::WatchStarted(p.start.clone()) })? {
+    let started = Stamped { at: mono_now(), event: Event::WatchStarted(p.start.clone()) };
+    if let Some(m) = metrics.as_mut() {
+        m.update(&p, std::slice::from_ref(&started));
+    }
+    if emit(&mut out, &started)? {
         return Ok(());
     }
     let mut tick = tokio::time::interval(TICK);
@@ -51,7 +57,11 @@ pub async fn run_live(args: WatchArgs, record: Option<RecordTo<'_>>) -> Result<(
             _ = &mut end => break,
             r = p.recv() => r?,
             _ = tick.tick() => {
-                for e in p.tick()? {
+                let events = p.tick()?;
+                if let Some(m) = metrics.as_mut() {
+                    m.update(&p, &events);
+                }
+                for e in events {
                     if emit(&mut out, &e)? {
                         return finish(&mut p, &record);
                     }

@@ -43,6 +43,19 @@ pub enum Event {
 }
 
 impl Event {
+    /// Every event name `name()` returns (metrics list each one, even at zero).
+    pub const NAMES: &'static [&'static str] = &[
+        "watch_started",
+        "socket_stalled",
+        "socket_recovered",
+        "socket_closed",
+        "quic_conn_opened",
+        "quic_conn_closed",
+        "quic_starved",
+        "quic_recovered",
+        "enforced",
+    ];
+
     pub fn name(&self) -> &'static str {
         match self {
             Event::WatchStarted(_) => "watch_started",

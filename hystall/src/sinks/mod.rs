@@ -3,6 +3,7 @@
 
 pub mod enforcer;
 pub mod lines;
+pub mod metrics;
 pub mod recorder;
 pub mod report;
 pub mod svg;

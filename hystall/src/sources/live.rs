@@ -196,6 +196,11 @@ impl Live {
         &self.probes.status
     }
 
+    /// Run time and run count of each loaded program (for metrics).
+    pub fn prog_stats(&self) -> Vec<super::probes::stats::ProgStats> {
+        self.probes.prog_stats()
+    }
+
     pub fn counters(&self) -> [u64; hystall_common::counter::LEN as usize] {
         self.probes.counters()
     }

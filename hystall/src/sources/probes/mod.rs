@@ -5,6 +5,7 @@
 //! unwinds leaves nothing behind in the kernel.
 
 pub mod btf;
+pub mod stats;
 pub mod syscalls;
 pub mod tc;
 pub mod tracefs;
@@ -84,6 +85,11 @@ const SPECS: &[Spec] = &[
 const ON_DEMAND: &[&str] = &["sys_enter", "sys_exit"];
 const ON_DEMAND_NOTE: &str =
     "not attached: the watched processes have no blocking TCP sockets (attached when one appears)";
+
+/// A program left detached on purpose until it is needed (not a degradation).
+pub fn is_waiting(st: &ProbeStatus) -> bool {
+    !st.attached && ON_DEMAND.contains(&st.name.as_str()) && st.note.as_deref() == Some(ON_DEMAND_NOTE)
+}
 
 pub struct Probes {
     // Field order is drop order: programs detach before added qdiscs go.
@@ -254,6 +260,12 @@ impl Probes {
             }
         }
         Ok(())
+    }
+
+    /// Run time and run count of each loaded program (non-zero only while BPF
+    /// statistics are enabled, see `stats::StatsGuard`).
+    pub fn prog_stats(&self) -> Vec<stats::ProgStats> {
+        stats::prog_stats(&self.ebpf)
     }
 
     pub fn syscalls_attached(&self) -> bool {

@@ -1,0 +1,50 @@
+//! `--metrics ADDR:PORT` for `watch` and `top`: feeds the Prometheus exporter
+//! (`sinks::metrics`) from the pipeline after every tick.
+
+use std::net::SocketAddr;
+
+use anyhow::Result;
+
+use super::pipeline::Pipeline;
+use crate::core::event::Stamped;
+use crate::sinks::metrics::{Exporter, Kernel, ProbeGauge, Snapshot, Totals};
+use crate::sources::probes::{is_waiting, stats::StatsGuard};
+
+pub struct Metrics {
+    exporter: Exporter,
+    totals: Totals,
+    /// BPF run-time statistics stay enabled while the exporter runs.
+    stats: StatsGuard,
+}
+
+impl Metrics {
+    /// Binds the exporter's address (before the probes: a taken port is a
+    /// one-line error and nothing else started) and enables BPF statistics.
+    pub fn start(addr: Option<SocketAddr>) -> Result<Option<Metrics>> {
+        let Some(addr) = addr else { return Ok(None) };
+        let exporter = Exporter::start(addr)?;
+        let stats = StatsGuard::enable();
+        if let Some(e) = &stats.error {
+            tracing::info!("BPF run-time statistics not enabled ({e}): probe run times stay 0 unless the sysctl is on");
+        }
+        Ok(Some(Metrics { exporter, totals: Totals::default(), stats }))
+    }
+
+    /// Counts `events` and publishes what the pipeline looks like now.
+    pub fn update(&mut self, p: &Pipeline, events: &[Stamped]) {
+        self.totals.observe(events);
+        let probes = p
+            .live
+            .probe_status()
+            .iter()
+            .map(|s| ProbeGauge { program: s.name.clone(), attached: s.attached, waiting: is_waiting(s) })
+            .collect();
+        let kernel = Kernel {
+            counters: p.live.counters(),
+            probes,
+            progs: p.live.prog_stats(),
+            stats_enabled: self.stats.enabled(),
+        };
+        self.exporter.publish(Snapshot::new(&p.model, &self.totals, kernel));
+    }
+}
