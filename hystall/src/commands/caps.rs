@@ -20,10 +20,7 @@ pub const WATCH: &[Need] = &[
     Need { cap: Capability::CAP_PERFMON, why: "needed to load tracing programs and attach them to tracepoints" },
     Need { cap: Capability::CAP_NET_ADMIN, why: "needed to load and attach the QUIC traffic classifier (TC)" },
     Need { cap: Capability::CAP_DAC_READ_SEARCH, why: "needed to read tracefs, which is root-only" },
-    Need {
-        cap: Capability::CAP_SYS_PTRACE,
-        why: "needed to read /proc/PID/fd of watched processes of other users",
-    },
+    Need { cap: Capability::CAP_SYS_PTRACE, why: "needed to read /proc/PID/fd of watched processes of other users" },
 ];
 
 /// `--enforce` (without --dry-run), on top of `WATCH`.
