@@ -139,7 +139,7 @@ pub struct LabSide {
 #[derive(Debug, Clone, Args, Default)]
 pub struct EnforceArgs {
     /// Destroy target sockets whose sends made no progress for --stall-timeout
-    /// (needs --pid/--comm or a detected proxy, and root).
+    /// (needs --pid/--comm/--cgroup/--unit or a detected proxy, and CAP_NET_ADMIN).
     #[arg(long)]
     pub enforce: bool,
     /// With --enforce: decide and report, touch nothing.

@@ -18,7 +18,7 @@ pub struct Need {
 pub const WATCH: &[Need] = &[
     Need { cap: Capability::CAP_BPF, why: "needed to load eBPF programs and create their maps" },
     Need { cap: Capability::CAP_PERFMON, why: "needed to load tracing programs and attach them to tracepoints" },
-    Need { cap: Capability::CAP_NET_ADMIN, why: "needed to load and attach the QUIC traffic classifier (TC)" },
+    Need { cap: Capability::CAP_NET_ADMIN, why: "needed to load and attach the QUIC traffic classifier, a TC program" },
     Need { cap: Capability::CAP_DAC_READ_SEARCH, why: "needed to read tracefs, which is root-only" },
     Need { cap: Capability::CAP_SYS_PTRACE, why: "needed to read /proc/PID/fd of watched processes of other users" },
 ];

@@ -93,7 +93,14 @@ pub fn checks() -> Vec<Check> {
     let tfs = tracefs::ensure_mounted();
     out.push(match &tfs {
         Ok(p) => check("tracefs", Status::Ok, p.display().to_string(), None),
-        Err(e) => check("tracefs", Status::Missing, e.to_string(), Some("mount -t tracefs nodev /sys/kernel/tracing")),
+        Err(e) => {
+            let advice = if e.to_string().contains("not readable") {
+                "run as root or grant CAP_DAC_READ_SEARCH"
+            } else {
+                "mount -t tracefs nodev /sys/kernel/tracing"
+            };
+            check("tracefs", Status::Missing, e.to_string(), Some(advice))
+        }
     });
     if let Ok(root) = &tfs {
         for (cat, name, what) in [
