@@ -25,7 +25,7 @@ pub fn install_service() -> anyhow::Result<()> {
     }
     ensure_user()?;
     if Path::new("/run/systemd/system").is_dir() {
-        sh::run(&mut root_cmd("systemctl")?.arg("daemon-reload"))?;
+        sh::run(root_cmd("systemctl")?.arg("daemon-reload"))?;
         println!("install: start it with `systemctl enable --now hystall` (options in {DEFAULT_DEST})");
     } else {
         println!("install: systemd is not running here: no daemon-reload; the unit is ready for a systemd host");
