@@ -25,7 +25,7 @@ pub const WATCH: &[Need] = &[
 
 /// `--enforce` (without --dry-run), on top of `WATCH`.
 pub const ENFORCE: &[Need] = &[
-    Need { cap: Capability::CAP_NET_ADMIN, why: "needed by --enforce to destroy sockets (SOCK_DESTROY)" },
+    Need { cap: Capability::CAP_NET_ADMIN, why: "needed by --enforce to destroy sockets with SOCK_DESTROY" },
     Need { cap: Capability::CAP_SYS_PTRACE, why: "needed by --enforce for the pidfd_getfd fallback" },
 ];
 

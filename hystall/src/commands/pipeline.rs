@@ -56,9 +56,10 @@ impl Pipeline {
             sel.stream_window > 0.0 && sel.conn_window > 0.0,
             "--stream-window and --conn-window must be positive (MiB)"
         );
-        // Before anything starts: one line naming each missing capability.
+        // Before anything starts: one line naming each missing capability
+        // (with --enforce, its reasons first: they say what enforcing needs).
         let needs: &[&[Need]] =
-            if enforce.enforce && !enforce.dry_run { &[caps::WATCH, caps::ENFORCE] } else { &[caps::WATCH] };
+            if enforce.enforce && !enforce.dry_run { &[caps::ENFORCE, caps::WATCH] } else { &[caps::WATCH] };
         caps::require(needs)?;
         let cgroups = crate::sources::cgroup::resolve(&sel.cgroups, &sel.units)?;
         // --lab: the lab's process is the one to watch, its QUIC port the server port.
