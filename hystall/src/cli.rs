@@ -76,6 +76,15 @@ pub struct Selection {
     /// Watch processes with this name, as in /proc/PID/comm (repeatable).
     #[arg(long = "comm", value_name = "NAME")]
     pub comms: Vec<String>,
+    /// Watch the processes of this cgroup v2 and below it (repeatable): a path
+    /// under the cgroup2 mount, or relative to its root ("/system.slice/x.service").
+    /// Followed across restarts.
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
+    /// Watch the processes of this systemd unit (repeatable), by its cgroup;
+    /// without systemd, the cgroup directory named NAME or NAME.service.
+    #[arg(long = "unit", value_name = "NAME")]
+    pub units: Vec<String>,
     /// Seconds without send progress before a blocked socket is STALLED
     /// (the upstream fix's value by default).
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
@@ -169,7 +178,7 @@ pub struct LabSide {
 #[derive(Debug, Clone, Args, Default)]
 pub struct EnforceArgs {
     /// Destroy target sockets whose sends made no progress for --stall-timeout
-    /// (needs --pid/--comm or a detected proxy, and root).
+    /// (needs --pid/--comm/--cgroup/--unit or a detected proxy, and CAP_NET_ADMIN).
     #[arg(long)]
     pub enforce: bool,
     /// With --enforce: decide and report, touch nothing.

@@ -8,6 +8,7 @@ mod clippy;
 mod fmt;
 mod install;
 mod run;
+mod service;
 mod setup;
 mod sh;
 mod test;
@@ -56,7 +57,8 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
-    /// Set up, build, and install the binary to /usr/local/bin/hystall (sudo when not root).
+    /// Set up, build, install the binary to /usr/local/bin/hystall and the systemd unit
+    /// (hystall.service, /etc/default/hystall, user hystall); sudo when not root.
     Install,
 }
 

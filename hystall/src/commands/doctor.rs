@@ -11,7 +11,9 @@ use std::path::Path;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::is_root;
+use ::caps::Capability;
+
+use super::caps;
 use crate::cli::DoctorArgs;
 use crate::sources::probes::{ProbeConfig, Probes, btf, tracefs};
 use crate::sources::sockdiag::SockDiag;
@@ -73,17 +75,8 @@ pub fn run(args: DoctorArgs) -> Result<()> {
 
 pub fn checks() -> Vec<Check> {
     let mut out = Vec::new();
-    let root = is_root();
-    out.push(if root {
-        check("privileges", Status::Ok, "root", None)
-    } else {
-        check(
-            "privileges",
-            Status::Missing,
-            "not root",
-            Some("run with sudo (CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN are needed)"),
-        )
-    });
+    out.extend(capability_checks());
+    let can_load = caps::held(Capability::CAP_BPF) && caps::held(Capability::CAP_PERFMON);
 
     out.push(match btf::sock_offsets() {
         Ok(o) => check(
@@ -100,7 +93,14 @@ pub fn checks() -> Vec<Check> {
     let tfs = tracefs::ensure_mounted();
     out.push(match &tfs {
         Ok(p) => check("tracefs", Status::Ok, p.display().to_string(), None),
-        Err(e) => check("tracefs", Status::Missing, e.to_string(), Some("mount -t tracefs nodev /sys/kernel/tracing")),
+        Err(e) => {
+            let advice = if e.to_string().contains("not readable") {
+                "run as root or grant CAP_DAC_READ_SEARCH"
+            } else {
+                "mount -t tracefs nodev /sys/kernel/tracing"
+            };
+            check("tracefs", Status::Missing, e.to_string(), Some(advice))
+        }
     });
     if let Ok(root) = &tfs {
         for (cat, name, what) in [
@@ -119,7 +119,7 @@ pub fn checks() -> Vec<Check> {
         }
     }
 
-    if root {
+    if can_load {
         match Probes::load(&ProbeConfig { filter_pids: true }) {
             Ok(mut p) => {
                 // `watch` attaches these on demand; the doctor checks they can attach.
@@ -156,7 +156,7 @@ pub fn checks() -> Vec<Check> {
             Some("CONFIG_INET_DIAG and CONFIG_INET_TCP_DIAG are needed"),
         ),
     });
-    out.push(sock_destroy_check(root));
+    out.push(sock_destroy_check(caps::held(Capability::CAP_NET_ADMIN)));
 
     let (maj, min) = kernel_version();
     out.push(if (maj, min) >= (6, 6) {
@@ -174,6 +174,23 @@ pub fn checks() -> Vec<Check> {
         None,
     ));
     out
+}
+
+/// One line per capability `watch` and `--enforce` need: held or missing, and why.
+fn capability_checks() -> Vec<Check> {
+    let all = caps::missing_of(&[caps::WATCH, caps::ENFORCE], |_| false);
+    let enforce_only = |c| !caps::WATCH.iter().any(|n| n.cap == c);
+    all.iter()
+        .map(|n| {
+            let name = format!("capability {}", n.cap);
+            if caps::held(n.cap) {
+                check(&name, Status::Ok, format!("held ({})", n.why), None)
+            } else {
+                let status = if enforce_only(n.cap) { Status::Degraded } else { Status::Missing };
+                check(&name, status, format!("missing ({})", n.why), Some("run as root or grant it: docs/SERVICE.md"))
+            }
+        })
+        .collect()
 }
 
 /// Runs `hystall watch --lab` (4 uploads into never-reading targets, stall
@@ -253,10 +270,10 @@ pub fn destroy_works() -> Result<bool> {
     }
 }
 
-fn sock_destroy_check(root: bool) -> Check {
+fn sock_destroy_check(net_admin: bool) -> Check {
     const NAME: &str = "SOCK_DESTROY";
-    if !root {
-        return check(NAME, Status::Missing, "needs CAP_NET_ADMIN", Some("run as root"));
+    if !net_admin {
+        return check(NAME, Status::Missing, "needs CAP_NET_ADMIN", Some("run as root or grant CAP_NET_ADMIN"));
     }
     match destroy_works() {
         Ok(true) => check(NAME, Status::Ok, "destroyed a loopback test socket (enforcement can work)", None),

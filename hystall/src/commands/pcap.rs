@@ -224,6 +224,7 @@ fn json(out: &mut impl std::io::Write, r: &Report, opts: &ModelOptions) -> std::
     let start = StartInfo {
         pids: Vec::new(),
         comms: Vec::new(),
+        cgroups: Vec::new(),
         all_processes: true,
         stall_timeout_ms: opts.stall_timeout_ms,
         probes: Vec::new(),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
+use super::caps::{self, Need};
 use super::lab_side::LabChild;
 use crate::cli::{EnforceArgs, LabSide, PortRange, Selection};
 use crate::core::detector::{DetectorConfig, Windows};
@@ -62,6 +63,12 @@ impl Pipeline {
             sel.stream_window > 0.0 && sel.conn_window > 0.0,
             "--stream-window and --conn-window must be positive (MiB)"
         );
+        // Before anything starts: one line naming each missing capability
+        // (with --enforce, its reasons first: they say what enforcing needs).
+        let needs: &[&[Need]] =
+            if enforce.enforce && !enforce.dry_run { &[caps::ENFORCE, caps::WATCH] } else { &[caps::WATCH] };
+        caps::require(needs)?;
+        let cgroups = crate::sources::cgroup::resolve(&sel.cgroups, &sel.units)?;
         // --lab: the lab's process is the one to watch, its QUIC port the server port.
         let lab = if lab.lab { Some(LabChild::start(lab, lab_echo)?) } else { None };
         let mut sel = sel.clone();
@@ -69,20 +76,21 @@ impl Pipeline {
             sel.pids.push(l.pid);
             sel.ports.push(PortRange { lo: l.server_port, hi: l.server_port });
         }
-        let mode = Mode::from_args(&sel.pids, &sel.comms)?;
+        let mode = Mode::from_selection(&sel.pids, &sel.comms, &cgroups)?;
         let enforcer = if enforce.enforce { Some(enforcement(enforce, &mode)?) } else { None };
         let th = Thresholds { stall_timeout: Duration::from_secs_f64(sel.stall_timeout), ..Thresholds::default() };
         let quic =
             QuicOptions { ports: sel.ports.iter().flat_map(|r| r.ports()).collect(), ifaces: sel.ifaces.clone() };
         let mut live = Live::start(mode.clone(), quic, mono_now()).context("starting the kernel probes")?;
         let (pids, comms) = match &mode {
-            Mode::Explicit { pids, comms } => (pids.clone(), comms.clone()),
+            Mode::Explicit { pids, comms, .. } => (pids.clone(), comms.clone()),
             Mode::Detected { comms } => (live.pids.iter().copied().collect(), comms.clone()),
             Mode::All => (Vec::new(), Vec::new()),
         };
         let start = StartInfo {
             pids,
             comms,
+            cgroups,
             all_processes: !mode.filters(),
             stall_timeout_ms: th.stall_timeout.as_millis() as u64,
             probes: live.probe_status().to_vec(),
@@ -255,12 +263,7 @@ impl Pipeline {
 fn enforcement(args: &EnforceArgs, mode: &Mode) -> Result<(Enforcer, Executor)> {
     if !mode.filters() {
         anyhow::bail!(
-            "--enforce needs --pid or --comm (or a known proxy running): it will not close sockets of every process"
-        );
-    }
-    if !crate::commands::is_root() {
-        anyhow::bail!(
-            "--enforce needs root (CAP_NET_ADMIN to destroy sockets); use --enforce --dry-run to see what it would do"
+            "--enforce needs --pid or --comm (or --cgroup, --unit, or a known proxy running): it will not close sockets of every process"
         );
     }
     if !args.dry_run {

@@ -36,6 +36,7 @@ pub fn open(path: &Path, keylog: Option<&Path>, sel: &Selection) -> Result<Timel
             start: StartInfo {
                 pids: h.pids.clone(),
                 comms: h.comms.clone(),
+                cgroups: Vec::new(),
                 all_processes: h.pids.is_empty() && h.comms.is_empty(),
                 stall_timeout_ms: h.options.stall_timeout_ms,
                 probes: Vec::new(),
@@ -71,6 +72,7 @@ pub fn open(path: &Path, keylog: Option<&Path>, sel: &Selection) -> Result<Timel
         start: StartInfo {
             pids: Vec::new(),
             comms: Vec::new(),
+            cgroups: Vec::new(),
             all_processes: true,
             stall_timeout_ms: options.stall_timeout_ms,
             probes: Vec::new(),

@@ -76,6 +76,9 @@ pub struct StartInfo {
     /// Processes watched; empty with `all_processes`.
     pub pids: Vec<u32>,
     pub comms: Vec<String>,
+    /// `--cgroup`/`--unit`, as cgroup v2 paths.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<String>,
     /// No selection was given and no known proxy was found: every process.
     pub all_processes: bool,
     pub stall_timeout_ms: u64,

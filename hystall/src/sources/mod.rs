@@ -1,6 +1,7 @@
 //! Sources: where observations come from. Only this layer touches the OS.
 
 pub mod capture;
+pub mod cgroup;
 pub mod hysteria_api;
 pub mod live;
 pub mod offline;

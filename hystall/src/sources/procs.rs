@@ -1,5 +1,5 @@
-//! Which processes to watch, from /proc: `--pid`, `--comm`, or the known proxy
-//! servers when neither is given.
+//! Which processes to watch, from /proc: `--pid`, `--comm`, `--cgroup`/`--unit`
+//! (see `cgroup.rs`), or the known proxy servers when none is given.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -30,8 +30,10 @@ pub enum SelectError {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// `--pid`/`--comm` given: exactly those (comm re-scanned for new processes).
-    Explicit { pids: Vec<u32>, comms: Vec<String> },
+    /// `--pid`/`--comm`/`--cgroup` given: exactly those, the union (comms and
+    /// cgroups re-scanned for new processes). Cgroups are relative to the
+    /// cgroup v2 root ("/system.slice/x.service").
+    Explicit { pids: Vec<u32>, comms: Vec<String>, cgroups: Vec<String> },
     /// Nothing given, known proxies found: follow them by name.
     Detected { comms: Vec<String> },
     /// Nothing given, no proxy found: every process.
@@ -40,13 +42,18 @@ pub enum Mode {
 
 impl Mode {
     pub fn from_args(pids: &[u32], comms: &[String]) -> Result<Mode, SelectError> {
+        Mode::from_selection(pids, comms, &[])
+    }
+
+    /// `from_args` with cgroups (already resolved and normalised).
+    pub fn from_selection(pids: &[u32], comms: &[String], cgroups: &[String]) -> Result<Mode, SelectError> {
         for &p in pids {
             if !Path::new(&format!("/proc/{p}")).exists() {
                 return Err(SelectError::NoSuchPid(p));
             }
         }
-        if !pids.is_empty() || !comms.is_empty() {
-            return Ok(Mode::Explicit { pids: pids.to_vec(), comms: comms.to_vec() });
+        if !pids.is_empty() || !comms.is_empty() || !cgroups.is_empty() {
+            return Ok(Mode::Explicit { pids: pids.to_vec(), comms: comms.to_vec(), cgroups: cgroups.to_vec() });
         }
         let running: Vec<String> = KNOWN_PROXIES
             .iter()
@@ -64,8 +71,9 @@ impl Mode {
     pub fn resolve(&self) -> HashSet<u32> {
         let mut out = HashSet::new();
         let comms: &[String] = match self {
-            Mode::Explicit { pids, comms } => {
+            Mode::Explicit { pids, comms, cgroups } => {
                 out.extend(pids.iter().copied().filter(|p| Path::new(&format!("/proc/{p}")).exists()));
+                out.extend(super::cgroup::pids_in(Path::new("/proc"), cgroups).unwrap_or_default());
                 comms
             }
             Mode::Detected { comms } => comms,

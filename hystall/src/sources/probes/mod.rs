@@ -27,7 +27,9 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 #[derive(Debug, Error)]
 pub enum ProbeError {
-    #[error("not permitted to load eBPF programs: run as root (or with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN)")]
+    #[error(
+        "not permitted to load eBPF programs: run as root or with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_DAC_READ_SEARCH (docs/SERVICE.md)"
+    )]
     NotPermitted,
     #[error("BTF: {0}")]
     Btf(String),

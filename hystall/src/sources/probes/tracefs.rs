@@ -14,6 +14,14 @@ pub fn ensure_mounted() -> Result<PathBuf, ProbeError> {
         if Path::new(root).join("events").is_dir() {
             return Ok(PathBuf::from(root));
         }
+        // Mounted but 0700 root (the default): mounting again would only fail with EPERM.
+        if let Err(e) = std::fs::read_dir(root)
+            && e.kind() == std::io::ErrorKind::PermissionDenied
+        {
+            return Err(ProbeError::Tracefs(format!(
+                "tracefs at {root} is not readable: {e} (needs root or CAP_DAC_READ_SEARCH)"
+            )));
+        }
     }
     let target = std::ffi::CString::new(TRACEFS).expect("no NUL");
     let fstype = std::ffi::CString::new("tracefs").expect("no NUL");
