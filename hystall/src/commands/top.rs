@@ -224,7 +224,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
                                 tui.set_action(cookie, &x.result);
                             }
                             if let Some(m) = metrics.as_mut() {
-                                m.update(&p, std::slice::from_ref(&ev));
+                                m.update(p, std::slice::from_ref(&ev));
                             }
                             tui.observe(&p.model, mono_now(), &[ev], &clock);
                         }

@@ -38,7 +38,7 @@ impl Model {
             Observation::FlowCounts { at, flows } => self.conns.poll(at, flows),
             Observation::Owners { ports, .. } => self.owners = ports.into_iter().collect(),
             Observation::Streams { streams, .. } => self.streams = Some(streams),
-            Observation::Frames { sample, .. } => self.conns.frames(sample),
+            Observation::Frames { sample, .. } => self.conns.frames(*sample),
             other => self.sockets.apply(other),
         }
     }

@@ -138,7 +138,7 @@ pub enum Observation {
     /// (captures with a key log), replacing the previous figures.
     Frames {
         at: Mono,
-        sample: super::frames::FrameSample,
+        sample: Box<super::frames::FrameSample>,
     },
 }
 

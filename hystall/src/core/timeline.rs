@@ -13,7 +13,9 @@ use super::observation::Observation;
 use super::time::Mono;
 use super::verdict::Thresholds;
 
-/// One step of a timeline.
+/// One step of a timeline. Steps are streamed one at a time, never stored in
+/// bulk, so the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Step {
     /// Something a source saw (applied to the model in order).

@@ -215,7 +215,8 @@ impl<R: Read> Converter<R> {
         self.queue.extend(out.into_iter().map(Step::Obs));
         if let Some(dec) = self.dec.as_mut() {
             for (flow, state) in dec.changed() {
-                self.queue.push_back(Step::Obs(Observation::Frames { at: t, sample: FrameSample { flow, state } }));
+                self.queue
+                    .push_back(Step::Obs(Observation::Frames { at: t, sample: Box::new(FrameSample { flow, state }) }));
             }
         }
         self.queue.push_back(Step::Tick(t));

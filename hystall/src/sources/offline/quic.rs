@@ -282,11 +282,9 @@ fn record(c: &mut QConn, at: Mono, dir: Dir, space: Space, f: &Frame<'_>, learne
             st.datagrams[d] += 1;
             st.last_datagram[d] = Some(at);
         }
-        Frame::MaxData { max } if dir == Dir::S2c => {
-            if st.server_max_data.is_none_or(|m| max > m) {
-                st.server_max_data = Some(max);
-                st.max_data_raised = Some(at);
-            }
+        Frame::MaxData { max } if dir == Dir::S2c && st.server_max_data.is_none_or(|m| max > m) => {
+            st.server_max_data = Some(max);
+            st.max_data_raised = Some(at);
         }
         Frame::MaxStreamData { .. } if dir == Dir::S2c => st.max_stream_data += 1,
         Frame::DataBlocked { limit } if dir == Dir::C2s => {
