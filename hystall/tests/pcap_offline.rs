@@ -187,6 +187,37 @@ fn a_capture_of_the_lab_stall_is_starved_from_the_right_moment_and_confirmed_wit
     let picture = std::fs::read_to_string(&svg).unwrap();
     assert!(picture.starts_with("<svg") && picture.contains("stream data stopped"), "the picture marks the stall");
 
+    // From the client's end (a phone: no targets' TCP in the capture). Without
+    // keys the headers cannot tell starvation from idleness, and say so; with
+    // them the frames prove it.
+    let udp_only = dir.join("lab-udp.pcap");
+    let st =
+        Command::new("tcpdump").arg("-r").arg(&file).arg("-w").arg(&udp_only).arg("udp").stderr(Stdio::null()).status();
+    assert!(st.is_ok_and(|s| s.success()), "tcpdump -r");
+    let (events, _) = pcap(&udp_only, &[]);
+    let c = lab_conn(&events, &client);
+    assert!(c["starved"].is_null(), "{c}");
+    assert!(c["note"].as_str().is_some_and(|n| n.contains("--keylog")), "{c}");
+    let (events, _) = pcap(&udp_only, &["--keylog", keys.to_str().unwrap()]);
+    let c = lab_conn(&events, &client);
+    assert_eq!(c["starved"]["confidence"], "confirmed", "{c}");
+    assert!((unix(c["starved"]["since"].as_str().unwrap()) - truth).abs() <= 1.0, "{c}");
+
+    // The secrets inside the capture (pcapng Decryption Secrets Block, by editcap).
+    let dsb = dir.join("lab-dsb.pcapng");
+    let st = Command::new("editcap")
+        .arg("--inject-secrets")
+        .arg(format!("tls,{}", keys.display()))
+        .arg(&file)
+        .arg(&dsb)
+        .status();
+    if st.is_ok_and(|s| s.success()) {
+        let (events, _) = pcap(&dsb, &[]);
+        assert_eq!(lab_conn(&events, &client)["starved"]["confidence"], "confirmed");
+    } else {
+        eprintln!("{test}: editcap missing: the Decryption Secrets Block case is not run");
+    }
+
     // Played back like a live run (`watch --replay`): the same verdict.
     let out = Command::new(bin())
         .args(["watch", "--json", "--stall-timeout", TIMEOUT, "--replay"])

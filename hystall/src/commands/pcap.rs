@@ -149,8 +149,12 @@ pub fn analyse<I: Iterator<Item = crate::core::timeline::Step>>(
         });
     }
     let bucket_ns = BUCKET.as_nanos() as u64;
+    let quiet_for = Duration::from_millis(opts.stall_timeout_ms);
     for c in conns.values_mut() {
         c.gaps = gaps(&c.series, start, bucket_ns);
+        if c.verdict.is_none() && c.frames.is_none() {
+            c.note = headers_only_note(&c.series, quiet_for, BUCKET);
+        }
     }
     let mut conns: Vec<ConnReport> = conns.into_values().collect();
     // Starved first, then by first packet.
@@ -197,6 +201,23 @@ fn snapshot(
         r.c2s_bytes = info.c2s_bytes;
         r.s2c_bytes = info.s2c_bytes;
     }
+}
+
+/// Without keys or targets a stop of the client's bulk while the connection
+/// lives on is either starvation or an idle client: headers cannot tell, and
+/// the report says so rather than guess.
+fn headers_only_note(series: &[[u64; 4]], quiet_for: Duration, bucket: Duration) -> Option<String> {
+    let last_bulk = series.iter().rposition(|b| b[0] > 0)?;
+    let last_any = series.iter().rposition(|b| b[1] > 0 || b[3] > 0)?;
+    let alive = bucket * (last_any.saturating_sub(last_bulk) as u32);
+    (alive >= quiet_for).then(|| {
+        format!(
+            "the client's bulk stopped around +{:.2}s and the connection stayed alive {:.1} s more: starved or an idle \
+             client; without the targets' TCP in the capture only the key log can tell (--keylog)",
+            (bucket * last_bulk as u32).as_secs_f64(),
+            alive.as_secs_f64()
+        )
+    })
 }
 
 /// Runs of at least a second without a packet either way, between the first and last packet.
@@ -252,6 +273,7 @@ fn json(out: &mut impl std::io::Write, r: &Report, opts: &ModelOptions) -> std::
                 })),
                 "frames": c.frames,
                 "decrypt": c.decrypt,
+                "note": c.note,
                 "gaps": c.gaps.iter().map(|(t, s)| serde_json::json!({"from_s": t.since(r.start).as_secs_f64(), "secs": s})).collect::<Vec<_>>(),
             })
         })

@@ -56,6 +56,8 @@ pub struct ConnReport {
     pub decrypt: Option<DecryptFigures>,
     /// Gaps of a second or more with no packet either way: (start, seconds).
     pub gaps: Vec<(Mono, f64)>,
+    /// What headers alone suggest when there is no verdict (no keys, no targets).
+    pub note: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -169,6 +171,9 @@ pub fn text(r: &Report, clock: &WallClock) -> String {
             }
             None => {
                 let _ = writeln!(o, "  verdict: not starved");
+                if let Some(n) = &c.note {
+                    let _ = writeln!(o, "  note: {n}");
+                }
             }
         }
         if let Some(f) = &c.frames {
