@@ -17,6 +17,7 @@ use crate::core::event::{Event, SCHEMA_VERSION, Stamped, StartInfo};
 use crate::core::flows::FlowId;
 use crate::core::model::conn_info;
 use crate::core::quic::KeyLog;
+use crate::core::series::Series;
 use crate::core::time::{Mono, WallClock};
 use crate::core::timeline::{ModelOptions, Player};
 use crate::sinks::lines::{Format, Lines};
@@ -123,12 +124,10 @@ pub fn analyse<I: Iterator<Item = crate::core::timeline::Step>>(
     // Per connection: its flows' series, and what decryption found.
     for (flow, series) in &s.series {
         let Some(c) = flow_conn.get(flow).and_then(|id| conns.get_mut(id)) else { continue };
-        if c.series.len() < series.len() {
-            c.series.resize(series.len(), [0; 4]);
-        }
-        for (a, b) in c.series.iter_mut().zip(series) {
-            for i in 0..4 {
-                a[i] += b[i];
+        for (i, b) in series.iter() {
+            let cell = c.series.at(i);
+            for k in 0..4 {
+                cell[k] = cell[k].saturating_add(b[k]);
             }
         }
     }
@@ -206,9 +205,9 @@ fn snapshot(
 /// Without keys or targets a stop of the client's bulk while the connection
 /// lives on is either starvation or an idle client: headers cannot tell, and
 /// the report says so rather than guess.
-fn headers_only_note(series: &[[u64; 4]], quiet_for: Duration, bucket: Duration) -> Option<String> {
-    let last_bulk = series.iter().rposition(|b| b[0] > 0)?;
-    let last_any = series.iter().rposition(|b| b[1] > 0 || b[3] > 0)?;
+fn headers_only_note(series: &Series<[u32; 4]>, quiet_for: Duration, bucket: Duration) -> Option<String> {
+    let last_bulk = series.iter().filter(|(_, b)| b[0] > 0).map(|(i, _)| i).last()?;
+    let last_any = series.iter().filter(|(_, b)| b[1] > 0 || b[3] > 0).map(|(i, _)| i).last()?;
     let alive = bucket * (last_any.saturating_sub(last_bulk) as u32);
     (alive >= quiet_for).then(|| {
         format!(
@@ -221,26 +220,12 @@ fn headers_only_note(series: &[[u64; 4]], quiet_for: Duration, bucket: Duration)
 }
 
 /// Runs of at least a second without a packet either way, between the first and last packet.
-fn gaps(series: &[[u64; 4]], start: Mono, bucket_ns: u64) -> Vec<(Mono, f64)> {
-    let busy: Vec<bool> = series.iter().map(|b| b.iter().sum::<u64>() > 0).collect();
-    let (Some(first), Some(last)) = (busy.iter().position(|&b| b), busy.iter().rposition(|&b| b)) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let mut i = first;
-    while i < last {
-        if busy[i] {
-            i += 1;
-            continue;
-        }
-        let j = (i..=last).find(|&j| busy[j]).unwrap_or(last);
-        let secs = (j - i) as f64 * bucket_ns as f64 / 1e9;
-        if secs >= 1.0 {
-            out.push((Mono(start.0 + i as u64 * bucket_ns), secs));
-        }
-        i = j;
-    }
-    out
+fn gaps(series: &Series<[u32; 4]>, start: Mono, bucket_ns: u64) -> Vec<(Mono, f64)> {
+    let busy: Vec<usize> = series.iter().filter(|(_, b)| b.iter().any(|&x| x > 0)).map(|(i, _)| i).collect();
+    busy.windows(2)
+        .filter(|w| (w[1] - w[0] - 1) as u64 * bucket_ns >= 1_000_000_000)
+        .map(|w| (Mono(start.0 + (w[0] + 1) as u64 * bucket_ns), (w[1] - w[0] - 1) as f64 * bucket_ns as f64 / 1e9))
+        .collect()
 }
 
 fn json(out: &mut impl std::io::Write, r: &Report, opts: &ModelOptions) -> std::io::Result<()> {

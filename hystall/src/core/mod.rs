@@ -11,6 +11,7 @@ pub mod model;
 pub mod observation;
 pub mod quic;
 pub mod recording;
+pub mod series;
 pub mod sockets;
 pub mod time;
 pub mod timeline;

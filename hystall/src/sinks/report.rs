@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::core::event::{Event, Stamped};
 use crate::core::frames::FrameState;
+use crate::core::series::Series;
 use crate::core::time::{Mono, WallClock};
 use crate::sinks::lines::human_bytes;
 
@@ -49,9 +50,11 @@ pub struct ConnReport {
     pub s2c_bytes: u64,
     pub verdict: Option<Verdict>,
     /// Bytes per bucket: [c2s full-size, c2s other, s2c full-size, s2c other].
-    pub series: Vec<[u64; 4]>,
+    #[serde(skip)]
+    pub series: Series<[u32; 4]>,
     /// Decrypted new stream bytes per bucket: [c2s, s2c].
-    pub stream_series: Option<Vec<[u64; 2]>>,
+    #[serde(skip)]
+    pub stream_series: Option<Series<[u32; 2]>>,
     pub frames: Option<FrameState>,
     pub decrypt: Option<DecryptFigures>,
     /// Gaps of a second or more with no packet either way: (start, seconds).
@@ -193,8 +196,8 @@ pub fn text(r: &Report, clock: &WallClock) -> String {
         for (at, len) in c.gaps.iter().take(5) {
             let _ = writeln!(o, "  idle gap: {len:.1} s from +{:.1}s", secs(r, *at));
         }
-        let _ = writeln!(o, "  up   {}", spark(&c.series, c.stream_series.as_deref(), 0));
-        let _ = writeln!(o, "  down {}", spark(&c.series, c.stream_series.as_deref(), 1));
+        let _ = writeln!(o, "  up   {}", spark(&c.series, c.stream_series.as_ref(), 0));
+        let _ = writeln!(o, "  down {}", spark(&c.series, c.stream_series.as_ref(), 1));
     }
     o
 }
@@ -249,17 +252,18 @@ fn evidence(o: &mut String, r: &Report, f: &FrameState) {
 
 /// One character per group of buckets: '#' stream (or full-size) data, '.'
 /// only other packets, ' ' nothing; at most 100 characters.
-fn spark(series: &[[u64; 4]], stream: Option<&[[u64; 2]]>, dir: usize) -> String {
-    let n = series.len().max(stream.map_or(0, <[_]>::len));
+fn spark(series: &Series<[u32; 4]>, stream: Option<&Series<[u32; 2]>>, dir: usize) -> String {
+    let n = series.end().max(stream.map_or(0, Series::end));
     let per = n.div_ceil(100).max(1);
     (0..n.div_ceil(per))
         .map(|g| {
             let range = g * per..((g + 1) * per).min(n);
             let data: u64 = match stream {
-                Some(s) => range.clone().filter_map(|i| s.get(i)).map(|b| b[dir]).sum(),
-                None => range.clone().filter_map(|i| series.get(i)).map(|b| b[dir * 2]).sum(),
+                Some(s) => range.clone().map(|i| u64::from(s.get(i)[dir])).sum(),
+                None => range.clone().map(|i| u64::from(series.get(i)[dir * 2])).sum(),
             };
-            let any: u64 = range.filter_map(|i| series.get(i)).map(|b| b[dir * 2] + b[dir * 2 + 1]).sum();
+            let any: u64 =
+                range.map(|i| series.get(i)).map(|b| u64::from(b[dir * 2]) + u64::from(b[dir * 2 + 1])).sum();
             if data > 0 {
                 '#'
             } else if any > 0 {

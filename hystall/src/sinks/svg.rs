@@ -65,10 +65,9 @@ pub fn render(r: &Report) -> String {
                 W - LEFT - 20.0,
                 STRIP - 4.0
             );
-            let n = c.series.len();
-            let max = (0..n).map(|b| total(c, b, dir)).max().unwrap_or(0).max(1) as f64;
+            let max = c.series.iter().map(|(b, _)| total(c, b, dir)).max().unwrap_or(0).max(1) as f64;
             let bw = ((W - LEFT - 20.0) * r.bucket_secs / dur).max(0.5);
-            for b in 0..n {
+            for (b, _) in c.series.iter() {
                 let (stream, other) = split(c, b, dir);
                 if stream + other == 0 {
                     continue;
@@ -130,11 +129,11 @@ pub fn render(r: &Report) -> String {
 
 /// (stream, other) bytes of bucket `b` in direction `dir`.
 fn split(c: &ConnReport, b: usize, dir: usize) -> (u64, u64) {
-    let s = c.series.get(b).copied().unwrap_or_default();
+    let s = c.series.get(b).map(u64::from);
     let all = s[dir * 2] + s[dir * 2 + 1];
     match &c.stream_series {
         Some(ss) => {
-            let stream = ss.get(b).map_or(0, |x| x[dir]).min(all);
+            let stream = u64::from(ss.get(b)[dir]).min(all);
             (stream, all - stream)
         }
         None => (s[dir * 2], s[dir * 2 + 1]),

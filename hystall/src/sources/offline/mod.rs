@@ -35,8 +35,9 @@ use crate::sources::capture::{CaptureError, CaptureReader, L4, Record, Stats};
 pub const TICK: Duration = Duration::from_millis(200);
 /// Width of the timeline's buckets (report and picture).
 pub const BUCKET: Duration = Duration::from_millis(250);
-/// Buckets kept per flow (about 7 hours at 250 ms).
-pub const MAX_BUCKETS: usize = 100_000;
+/// Buckets kept over all flows (16 bytes each: 64 MiB); past it the picture
+/// and gaps stop, the verdicts do not.
+pub const MAX_BUCKETS: usize = 4 << 20;
 
 pub struct Options {
     /// Server ports, besides those learned from handshakes.
@@ -47,7 +48,7 @@ pub struct Options {
 }
 
 /// Per flow and bucket: bytes [c2s full-size, c2s other, s2c full-size, s2c other].
-pub type Buckets = Vec<[u64; 4]>;
+pub type Buckets = crate::core::series::Series<[u32; 4]>;
 
 /// What the conversion learned, for the report (filled as it goes).
 #[derive(Default)]
@@ -57,6 +58,9 @@ pub struct Summary {
     pub stats: Stats,
     pub error: Option<String>,
     pub series: HashMap<FlowId, Buckets>,
+    /// Buckets stored over all series; `series_full` once MAX_BUCKETS is reached.
+    pub buckets: usize,
+    pub series_full: bool,
     pub decrypted: Vec<quic::Decrypted>,
     pub keylog_entries: usize,
     pub keylog_skipped: usize,
@@ -181,19 +185,21 @@ impl<R: Read> Converter<R> {
     }
 
     fn series(&mut self, bucket: usize, flow: FlowId, dir: Dir, segments: &[(usize, usize)]) {
-        if bucket >= MAX_BUCKETS {
+        let mut s = self.summary.borrow_mut();
+        if s.buckets >= MAX_BUCKETS {
+            s.series_full = true;
             return;
         }
-        let mut s = self.summary.borrow_mut();
         let b = s.series.entry(flow).or_default();
-        if b.len() <= bucket {
-            b.resize(bucket + 1, [0; 4]);
-        }
+        let before = b.stored();
+        let cell = b.at(bucket);
         for &(_, len) in segments {
             let full = len as u32 >= hystall_common::flow::FULL_MIN;
             let i = (dir as usize) * 2 + usize::from(!full);
-            b[bucket][i] += len as u64;
+            cell[i] = cell[i].saturating_add(len as u32);
         }
+        let grown = b.stored() - before;
+        s.buckets += grown;
     }
 
     /// What a live tick does: poll the flow counters and sockets, then judge.

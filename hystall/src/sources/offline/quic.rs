@@ -35,7 +35,7 @@ struct QConn {
     hs_done: bool,
     dirty: bool,
     /// New stream bytes per time bucket and direction (for the timeline picture).
-    pub series: Vec<[u64; 2]>,
+    pub series: crate::core::series::Series<[u32; 2]>,
 }
 
 /// Every decryptor of a capture.
@@ -129,11 +129,9 @@ impl Decryptors {
                         record(c, at, dir, opened.space, f, &mut learned);
                     }
                     let new = c.frames.stream_bytes[dir as usize] - before;
-                    if new > 0 && bucket < super::MAX_BUCKETS {
-                        if c.series.len() <= bucket {
-                            c.series.resize(bucket + 1, [0, 0]);
-                        }
-                        c.series[bucket][dir as usize] += new;
+                    if new > 0 && c.series.stored() < super::MAX_BUCKETS / 4 {
+                        let cell = &mut c.series.at(bucket)[dir as usize];
+                        *cell = cell.saturating_add(new as u32);
                     }
                     c.dirty = true;
                 }
@@ -197,7 +195,7 @@ impl Decryptors {
                     hs: BTreeMap::new(),
                     hs_done: false,
                     dirty: false,
-                    series: Vec::new(),
+                    series: Default::default(),
                 });
                 self.conns.len() - 1
             }
@@ -239,7 +237,7 @@ pub struct Decrypted {
     pub stats: crate::core::quic::DecryptStats,
     pub secrets_found: bool,
     /// New stream bytes per bucket: [client→server, server→client].
-    pub series: Vec<[u64; 2]>,
+    pub series: crate::core::series::Series<[u32; 2]>,
 }
 
 /// The DCID of a datagram's first packet, if it is an Initial.

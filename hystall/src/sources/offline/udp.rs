@@ -52,6 +52,8 @@ pub struct UdpFlows {
     /// Server endpoints learned from handshakes (the receiver of a first Initial).
     servers: HashSet<SocketAddr>,
     pub flows: HashMap<FlowId, FlowState>,
+    /// Flows that saw a packet lately (polled each tick), pruned as they go idle.
+    live: HashSet<FlowId>,
     /// Endpoint pairs seen without a QUIC handshake or a --port (datagrams).
     pub unplaced: u64,
     pub unplaced_pairs: HashSet<(SocketAddr, SocketAddr)>,
@@ -65,6 +67,7 @@ impl UdpFlows {
             ports,
             servers: HashSet::new(),
             flows: HashMap::new(),
+            live: HashSet::new(),
             unplaced: 0,
             unplaced_pairs: HashSet::new(),
             gso_split: 0,
@@ -116,6 +119,7 @@ impl UdpFlows {
         } else {
             vec![(0, orig_len)]
         };
+        self.live.insert(flow);
         let st = self.flows.entry(flow).or_default();
         st.last = at;
         let c = match dir {
@@ -144,9 +148,12 @@ impl UdpFlows {
         Some(Placed { flow, dir, segments, sample })
     }
 
-    /// Cumulative counters of the flows that saw a packet since `since`.
-    pub fn active(&self, since: Mono) -> Vec<(FlowId, FlowCounters)> {
-        self.flows.iter().filter(|(_, st)| st.last >= since).map(|(f, st)| (*f, st.counters.clone())).collect()
+    /// Cumulative counters of the flows that saw a packet since `since` (the
+    /// others leave the live set: a tick costs the live flows, not all of them).
+    pub fn active(&mut self, since: Mono) -> Vec<(FlowId, FlowCounters)> {
+        let flows = &self.flows;
+        self.live.retain(|f| flows.get(f).is_some_and(|st| st.last >= since));
+        self.live.iter().filter_map(|f| Some((*f, flows.get(f)?.counters.clone()))).collect()
     }
 }
 
