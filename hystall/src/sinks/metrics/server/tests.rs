@@ -36,8 +36,13 @@ fn serves_the_latest_snapshot_the_index_and_nothing_else() {
     assert!(body.contains("href=\"/metrics\""), "{body}");
     assert_eq!(get(addr, "/nope").0, 404);
 
-    // Dropping the exporter stops its thread and frees the port.
+    // Dropping the exporter stops its thread and frees the port (its worker
+    // may take a moment to let go of the last keep-alive connection).
     drop(ex);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while TcpListener::bind(addr).is_err() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert!(TcpListener::bind(addr).is_ok(), "port {addr} still taken");
 }
 
