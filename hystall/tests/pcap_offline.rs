@@ -218,6 +218,17 @@ fn a_capture_of_the_lab_stall_is_starved_from_the_right_moment_and_confirmed_wit
         eprintln!("{test}: editcap missing: the Decryption Secrets Block case is not run");
     }
 
+    // A capture that dropped a run of packets (tcpdump under load) still
+    // decrypts after the gap: packet numbers are found a window further on.
+    let gap = dir.join("lab-gap.pcap");
+    let st = Command::new("editcap").arg(&file).arg(&gap).arg("600-1400").status();
+    if st.is_ok_and(|s| s.success()) {
+        let (events, _) = pcap(&gap, &["--keylog", keys.to_str().unwrap()]);
+        let c = lab_conn(&events, &client);
+        assert_eq!(c["decrypt"]["auth_failed"], 0, "{c}");
+        assert_eq!(c["starved"]["confidence"], "confirmed", "{c}");
+    }
+
     // Played back like a live run (`watch --replay`): the same verdict.
     let out = Command::new(bin())
         .args(["watch", "--json", "--stall-timeout", TIMEOUT, "--replay"])

@@ -223,6 +223,10 @@ impl ConnTable {
 
     /// A header sample: learns CIDs, ties the flow to a connection.
     pub fn sample(&mut self, at: Mono, s: &HeaderSample) {
+        // A server's late packet on a closed connection's path opens nothing.
+        if s.dir == Dir::S2c && !self.flows.contains_key(&s.flow) && self.retired.contains_key(&s.flow) {
+            return;
+        }
         let peek = Peek::of(&s.bytes);
         if !self.flows.contains_key(&s.flow) {
             // A known DCID at the start of a new client path = a port hop.
@@ -321,11 +325,13 @@ impl ConnTable {
     pub fn counters(&mut self, at: Mono, flow: FlowId, counters: FlowCounters) {
         let mut base = FlowCounters::default();
         if !self.flows.contains_key(&flow) {
-            if let Some(old) = self.retired.get(&flow) {
-                if old.c2s.total_packets() == counters.c2s.total_packets()
-                    && old.s2c.total_packets() == counters.s2c.total_packets()
-                {
-                    return; // the closed connection's last figures, nothing new
+            if let Some(old) = self.retired.get_mut(&flow) {
+                // Nothing new from the client: the closed connection's last
+                // figures, or a server's late packets (a retransmitted close, a
+                // PTO probe) — only a client opens a connection.
+                if old.c2s.total_packets() == counters.c2s.total_packets() {
+                    *old = counters;
+                    return;
                 }
                 base = old.clone();
                 self.retired.remove(&flow);
@@ -534,8 +540,13 @@ mod tests {
         // The kernel's LRU map still holds the flow with the same figures.
         t.poll(s(4.0), vec![(a, FlowCounters { c2s: dc(10), s2c: dc(10) })]);
         assert!(t.is_empty());
+        // The server's late packets (a retransmitted close) open nothing either.
+        t.sample(s(4.2), &sample(a, Dir::S2c, vec![0x40, 1, 2, 3]));
+        t.poll(s(4.5), vec![(a, FlowCounters { c2s: dc(10), s2c: dc(12) })]);
+        t.tick(s(4.5));
+        assert!(t.is_empty());
         // A new connection on the same 5-tuple counts from where the old one ended.
-        t.poll(s(5.0), vec![(a, FlowCounters { c2s: dc(15), s2c: dc(12) })]);
+        t.poll(s(5.0), vec![(a, FlowCounters { c2s: dc(15), s2c: dc(14) })]);
         t.tick(s(5.0));
         let c = t.iter().next().unwrap();
         assert_eq!((c.c2s.total_packets(), c.s2c.total_packets()), (5, 2));

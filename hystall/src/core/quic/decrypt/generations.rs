@@ -8,6 +8,11 @@ use super::super::Version;
 use super::super::crypto::{CryptoError, HeaderKey, PacketKeys, PayloadKey, Secret, Suite, next_secret};
 use super::super::crypto::{Unprotected, remove_header_protection};
 
+/// Packet-number windows tried past the reconstructed number when a packet
+/// does not open (a capture that dropped packets): 64 windows of a 1-byte
+/// number are 16k packets.
+const MAX_GAP_WINDOWS: u64 = 64;
+
 struct Generation {
     secret: Secret,
     key: PayloadKey,
@@ -73,12 +78,26 @@ impl SpaceKeys {
         let header =
             remove_header_protection(&self.header, &mut clear_header, pn_offset, largest).map_err(OpenError::Header)?;
         let phase = header.key_phase.unwrap_or(false);
-        let attempt = |key: &PayloadKey| {
+        let attempt_pn = |key: &PayloadKey, pn: u64| {
             let mut buf = clear_header.clone();
-            let len = key.open(header.pn, &mut buf, header.header_len)?.len();
+            let len = key.open(pn, &mut buf, header.header_len)?.len();
             buf.drain(..header.header_len);
             buf.truncate(len);
-            Ok::<_, CryptoError>(Plain { header, payload: buf })
+            Ok::<_, CryptoError>(Plain { header: Unprotected { pn, ..header }, payload: buf })
+        };
+        // The packet number is reconstructed from the largest one seen; after a
+        // gap of more than half its window (packets the capture dropped) that
+        // guess is a window short. The truncated bits are right: try the next
+        // windows before calling the packet undecryptable, or every later
+        // packet would fail too.
+        let attempt = |key: &PayloadKey| {
+            attempt_pn(key, header.pn).or_else(|e| {
+                let window = 1u64 << (8 * header.pn_len.clamp(1, 4));
+                (1..=MAX_GAP_WINDOWS)
+                    .filter_map(|k| header.pn.checked_add(k * window))
+                    .find_map(|pn| attempt_pn(key, pn).ok())
+                    .ok_or(e)
+            })
         };
         if phase == self.current.phase {
             let plain = attempt(&self.current.key).map_err(|e| OpenError::Payload(e, header.pn))?;
