@@ -28,6 +28,9 @@ const PREFIX_MIN: usize = 3;
 const RATE_WINDOW: Duration = Duration::from_secs(5);
 /// A connection whose grouping is still open is reported after this long.
 const OPEN_AFTER: Duration = Duration::from_secs(2);
+/// At most this many stale flows wait for the next sweep (each poll re-finds
+/// the ones left over).
+const MAX_STALE: usize = 4096;
 
 /// How a connection's packets were tied together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -140,6 +143,10 @@ pub struct ConnTable {
     /// Flows of closed connections, with their final cumulative counters: a
     /// later poll showing the same counters is not a new connection.
     retired: HashMap<FlowId, FlowCounters>,
+    /// Retired flows a poll showed unchanged: the next sweep offers them for
+    /// deletion from the kernel map too (their connection closed before the
+    /// source knew their kernel key).
+    stale: Vec<FlowId>,
     /// DCID length per server endpoint, learned from its long-header SCIDs.
     cid_len: HashMap<std::net::SocketAddr, usize>,
     next_id: u64,
@@ -161,6 +168,7 @@ impl ConnTable {
             by_dcid: HashMap::new(),
             by_client: HashMap::new(),
             retired: HashMap::new(),
+            stale: Vec::new(),
             cid_len: HashMap::new(),
             next_id: 1,
             idle_timeout,
@@ -325,7 +333,11 @@ impl ConnTable {
                 if old.c2s.total_packets() == counters.c2s.total_packets()
                     && old.s2c.total_packets() == counters.s2c.total_packets()
                 {
-                    return; // the closed connection's last figures, nothing new
+                    // The closed connection's last figures, nothing new.
+                    if self.stale.len() < MAX_STALE {
+                        self.stale.push(flow);
+                    }
+                    return;
                 }
                 base = old.clone();
                 self.retired.remove(&flow);
@@ -388,11 +400,14 @@ impl ConnTable {
         out
     }
 
-    /// Forgets closed connections (after their events were emitted).
-    pub fn sweep(&mut self) {
+    /// Forgets closed connections (after their events were emitted). Returns
+    /// their flows, and retired flows polled unchanged since: the live source
+    /// deletes them from the kernel map and says so with [`Self::forgotten`].
+    pub fn sweep(&mut self) -> Vec<FlowId> {
+        let mut out = std::mem::take(&mut self.stale);
         let closed: BTreeSet<u64> = self.conns.values().filter(|c| c.closed.is_some()).map(|c| c.id).collect();
         if closed.is_empty() {
-            return;
+            return out;
         }
         self.conns.retain(|id, _| !closed.contains(id));
         for (flow, st) in self.flows.iter().filter(|(_, f)| closed.contains(&f.conn)) {
@@ -400,10 +415,30 @@ impl ConnTable {
             total.c2s.add(&st.base.c2s);
             total.s2c.add(&st.base.s2c);
             self.retired.insert(*flow, total);
+            out.push(*flow);
         }
         self.flows.retain(|_, f| !closed.contains(&f.conn));
         self.by_dcid.retain(|_, id| !closed.contains(id));
         self.by_client.retain(|_, id| !closed.contains(id));
+        out
+    }
+
+    /// These flows are gone from the kernel map: a packet on one of them later
+    /// starts from zero, so their last figures need not be remembered.
+    pub fn forgotten(&mut self, flows: &[FlowId]) {
+        for f in flows {
+            self.retired.remove(f);
+        }
+    }
+
+    /// Client 5-tuples of the connections in the table.
+    pub fn flows_len(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Flows whose final figures are remembered (for the soak test and metrics).
+    pub fn retired_len(&self) -> usize {
+        self.retired.len()
     }
 }
 

@@ -13,6 +13,9 @@ use super::verdict::{SendProgress, Thresholds, Verdict};
 /// Blocked this long → the sources re-read the socket's kernel entry and
 /// sock_diag figures every tick (cheap for the few sockets it concerns).
 const WATCH_AFTER: Duration = Duration::from_millis(300);
+/// A socket missing from the kernel's map is forgotten once it has been quiet
+/// this long (see [`SocketTable::forget_untracked`]).
+pub const FORGET_AFTER: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug, Default)]
 pub struct Socket {
@@ -227,6 +230,24 @@ impl SocketTable {
         self.socks.retain(|_, s| s.closed.is_none());
         out.sort_by_key(|e| e.at);
         out
+    }
+
+    /// Marks closed the sockets the kernel no longer tracks (`kernel`: the
+    /// cookies its socket map holds), so the next tick reports and forgets
+    /// them. Their destroy event was lost (a full ring buffer) or the LRU map
+    /// evicted them; without this they would stay in the table for good. Only
+    /// sockets quiet for [`FORGET_AFTER`] and with no send in flight: a socket
+    /// seen a moment ago may not be in a key walk that started before it.
+    pub fn forget_untracked(&mut self, now: Mono, kernel: &std::collections::HashSet<u64>) {
+        for (cookie, s) in self.socks.iter_mut() {
+            if s.closed.is_none()
+                && s.inflight_since.is_none()
+                && now.since(s.last_update) >= FORGET_AFTER
+                && !kernel.contains(cookie)
+            {
+                s.closed = Some(now);
+            }
+        }
     }
 
     /// Counts by verdict (OK, SLOW, STALLED).
