@@ -628,4 +628,22 @@ mod tests {
         t.sweep();
         assert!(t.is_empty());
     }
+
+    #[test]
+    fn swept_flows_are_offered_for_deletion_and_forgotten_once_deleted() {
+        let mut t = ConnTable::new(Duration::from_secs(2));
+        let a = flow(9, 443);
+        let dc = DirCounters { packets: [3, 0, 0], bytes: [150, 0, 0], last: [Some(s(1.0)), None, None], first: None };
+        t.poll(s(1.0), vec![(a, FlowCounters { c2s: dc, s2c: dc })]);
+        t.tick(s(1.0));
+        t.tick(s(3.5));
+        assert_eq!(t.sweep(), vec![a]);
+        assert_eq!(t.retired_len(), 1);
+        // The source could not delete it yet: a poll showing it unchanged offers it again.
+        t.poll(s(4.0), vec![(a, FlowCounters { c2s: dc, s2c: dc })]);
+        assert_eq!(t.sweep(), vec![a]);
+        t.forgotten(&[a]);
+        assert_eq!((t.retired_len(), t.flows_len(), t.len()), (0, 0, 0));
+        assert!(t.sweep().is_empty());
+    }
 }

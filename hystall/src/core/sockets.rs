@@ -417,4 +417,24 @@ mod tests {
         assert!(run(&mut t, 0.0, 5.4).is_empty());
         assert_eq!(names(&run(&mut t, 5.6, 5.6)), ["socket_stalled"]);
     }
+
+    #[test]
+    fn a_socket_whose_destroy_was_lost_is_forgotten_once_the_kernel_has_no_entry() {
+        let mut t = table(2.0);
+        t.apply(blocked(1, 0.0));
+        t.apply(Observation::Sock { at: s(0.0), change: SockChange::Poll, sample: sample(2) });
+        assert_eq!(names(&run(&mut t, 0.0, 2.0)), ["socket_stalled"]);
+        let kernel: std::collections::HashSet<u64> = [2].into();
+        // Too recent: a key walk may have started before the socket was seen.
+        t.forget_untracked(s(10.0), &kernel);
+        assert!(t.tick(s(10.0)).is_empty());
+        // Socket 2 is gone from the kernel: forgotten silently (never stalled).
+        t.forget_untracked(s(31.0), &[1].into());
+        assert!(t.tick(s(31.0)).is_empty());
+        assert_eq!(t.len(), 1);
+        // Socket 1 goes too: a stalled socket's close is reported.
+        t.forget_untracked(s(40.0), &kernel);
+        assert_eq!(names(&t.tick(s(40.0))), ["socket_closed"]);
+        assert!(t.is_empty());
+    }
 }
