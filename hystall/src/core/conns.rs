@@ -62,6 +62,11 @@ pub struct Conn {
     pub closed: Option<Mono>,
     /// What decrypted frames show (captures with a key log only).
     pub frames: Option<super::frames::FrameState>,
+    /// Counters of the paths this connection left (a port-hopping client's
+    /// old 5-tuples, idle past the timeout): folded in so their flows can go.
+    folded: (DirCounters, DirCounters),
+    /// Client addresses of those paths that no remaining flow has.
+    folded_clients: usize,
     /// Recent (time, c2s, s2c) sums, for rates over a few seconds.
     history: std::collections::VecDeque<(Mono, DirCounters, DirCounters)>,
 }
@@ -89,7 +94,8 @@ impl Conn {
 
     /// Port hops (or NAT rebinds) seen: client addresses after the first.
     pub fn hops(&self) -> usize {
-        self.flows.iter().map(|f| f.client).collect::<BTreeSet<_>>().len().saturating_sub(1)
+        let clients = self.flows.iter().map(|f| f.client).collect::<BTreeSet<_>>().len();
+        (clients + self.folded_clients).saturating_sub(1)
     }
 
     /// Packets both ways within `window` before `now`.
@@ -223,6 +229,8 @@ impl ConnTable {
                 opened_reported: false,
                 closed: None,
                 frames: None,
+                folded: Default::default(),
+                folded_clients: 0,
                 history: Default::default(),
             },
         );
@@ -353,8 +361,46 @@ impl ConnTable {
         st.polled_at = Some(at);
     }
 
+    /// Folds the idle old paths of open connections into them: a client that
+    /// hops ports every 30 s would otherwise grow its connection's flows (and
+    /// the kernel's flow map) for as long as it lives. The flow's figures stay
+    /// in the sums; its kernel entry is offered for deletion by the next sweep.
+    fn fold_idle_paths(&mut self, now: Mono) {
+        let idle: Vec<FlowId> = self
+            .flows
+            .iter()
+            .filter(|(f, st)| {
+                let last = st.counters.c2s.last_any().max(st.counters.s2c.last_any());
+                last.is_some_and(|t| now.since(t) >= self.idle_timeout)
+                    && self.conns.get(&st.conn).is_some_and(|c| c.closed.is_none() && c.flows.last() != Some(*f))
+            })
+            .map(|(f, _)| *f)
+            .collect();
+        for f in idle {
+            let Some(st) = self.flows.remove(&f) else { continue };
+            let Some(c) = self.conns.get_mut(&st.conn) else { continue };
+            c.folded.0.add(&st.counters.c2s);
+            c.folded.1.add(&st.counters.s2c);
+            c.flows.retain(|x| *x != f);
+            if !c.flows.iter().any(|x| x.client == f.client) {
+                c.folded_clients += 1;
+                if self.by_client.get(&f.client) == Some(&c.id) {
+                    self.by_client.remove(&f.client);
+                }
+            }
+            let mut total = st.counters.clone();
+            total.c2s.add(&st.base.c2s);
+            total.s2c.add(&st.base.s2c);
+            self.retired.insert(f, total);
+            if self.stale.len() < MAX_STALE {
+                self.stale.push(f);
+            }
+        }
+    }
+
     /// Recomputes sums and rates, closes idle connections; returns changes.
     pub fn tick(&mut self, now: Mono) -> Vec<ConnChange> {
+        self.fold_idle_paths(now);
         let mut sums: HashMap<u64, (DirCounters, DirCounters)> = HashMap::new();
         for st in self.flows.values() {
             let e = sums.entry(st.conn).or_default();
@@ -363,7 +409,9 @@ impl ConnTable {
         }
         let mut out = Vec::new();
         for c in self.conns.values_mut() {
-            if let Some((c2s, s2c)) = sums.remove(&c.id) {
+            if let Some((mut c2s, mut s2c)) = sums.remove(&c.id) {
+                c2s.add(&c.folded.0);
+                s2c.add(&c.folded.1);
                 // Rates over the last RATE_WINDOW: ACK-sized traffic is sparse.
                 c.history.push_back((now, c2s, s2c));
                 while c.history.len() > 2 && c.history.front().is_some_and(|(t, _, _)| now.since(*t) > RATE_WINDOW) {
@@ -645,5 +693,35 @@ mod tests {
         t.forgotten(&[a]);
         assert_eq!((t.retired_len(), t.flows_len(), t.len()), (0, 0, 0));
         assert!(t.sweep().is_empty());
+    }
+
+    #[test]
+    fn a_client_hopping_ports_for_hours_keeps_its_flows_bounded_and_its_sums() {
+        let mut t = ConnTable::new(Duration::from_secs(30));
+        let dcid = [4, 3, 2, 1];
+        t.sample(s(0.0), &sample(flow(1, 443), Dir::S2c, server_long(&dcid)));
+        let dc = |at: f64| DirCounters {
+            packets: [0, 0, 10],
+            bytes: [0, 0, 12_000],
+            last: [None, None, Some(s(at))],
+            first: Some(s(at)),
+        };
+        // A hop every 30 s for two hours: each path carries 10 packets each way.
+        let hops = 240u16;
+        for h in 0..hops {
+            let at = f64::from(h) * 30.0;
+            let f = flow(1 + h, 443);
+            t.sample(s(at), &sample(f, Dir::C2s, short(&dcid, h as u8)));
+            t.counters(s(at), f, FlowCounters { c2s: dc(at), s2c: dc(at) });
+            t.tick(s(at + 1.0));
+            let swept = t.sweep();
+            t.forgotten(&swept);
+        }
+        assert_eq!(t.len(), 1);
+        assert!(t.flows_len() <= 3, "{} flows kept", t.flows_len());
+        assert_eq!(t.retired_len(), 0);
+        let c = t.iter().next().unwrap();
+        assert_eq!(c.c2s.total_packets(), 10 * u64::from(hops));
+        assert_eq!(c.hops(), usize::from(hops) - 1);
     }
 }

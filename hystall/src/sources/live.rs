@@ -338,7 +338,7 @@ impl Live {
     pub fn forget_flows(&mut self, flows: &[FlowId]) -> Vec<FlowId> {
         let probes = &mut self.probes;
         let keys = &mut self.flow_keys;
-        flows.iter().filter(|f| keys.remove(f).is_some_and(|k| probes.forget_flow(&k))).copied().collect()
+        flows.iter().filter(|f| keys.remove(*f).is_some_and(|k| probes.forget_flow(&k))).copied().collect()
     }
 
     fn inflight(&mut self, now: Mono) -> Vec<InflightSample> {
