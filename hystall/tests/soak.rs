@@ -240,7 +240,10 @@ fn soak_churn_keeps_memory_and_maps_flat() {
     for (i, name) in MAPS.iter().enumerate() {
         let max_first = half.iter().map(|s| s.map[i]).fold(0.0, f64::max);
         let end = during.last().expect("samples").map[i];
-        assert!(end <= max_first * 1.5 + 200.0, "kernel map {name} grew: {max_first} in the first half, {end} at the end");
+        assert!(
+            end <= max_first * 1.5 + 200.0,
+            "kernel map {name} grew: {max_first} in the first half, {end} at the end"
+        );
     }
     for (i, name) in TABLES.iter().enumerate() {
         let max_first = half.iter().map(|s| s.tables[i]).fold(0.0, f64::max);
@@ -255,7 +258,9 @@ fn soak_churn_keeps_memory_and_maps_flat() {
     // Lost kernel events: none, or all of them reported on stderr.
     let metric_lost: f64 = ["events", "samples"]
         .iter()
-        .map(|r| final_metrics.get(&format!("hystall_kernel_events_lost_total{{ring=\"{r}\"}}")).copied().unwrap_or(0.0))
+        .map(|r| {
+            final_metrics.get(&format!("hystall_kernel_events_lost_total{{ring=\"{r}\"}}")).copied().unwrap_or(0.0)
+        })
         .sum();
     let warned = warned_lost(&stderr);
     eprintln!("lost kernel events: metric {metric_lost}, warned on stderr {warned}");
