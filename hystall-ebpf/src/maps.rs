@@ -30,9 +30,10 @@ pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_PIDS, 0);
 /// missed cannot pin an entry forever.
 #[map]
 pub static SOCKS: LruHashMap<u64, SockStats> = LruHashMap::with_max_entries(MAX_SOCKS, 0);
-/// Send syscalls in flight, keyed by thread id.
+/// Send syscalls in flight, keyed by thread id. LRU: a thread that dies inside
+/// a send never reaches sys_exit, and its entry must not pin a slot.
 #[map]
-pub static INFLIGHT: HashMap<u32, InflightSend> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+pub static INFLIGHT: LruHashMap<u32, InflightSend> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
 /// State-change events for user space.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);

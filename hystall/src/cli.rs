@@ -324,6 +324,25 @@ pub enum LabKind {
     /// TCP writers into targets of the four behaviours (no QUIC): the socket side
     /// of the failure, in a process of its own.
     Tcp(TcpLabArgs),
+    /// Thousands of short QUIC connections through the lab proxy into fast
+    /// targets (a new UDP socket and a new target connection each): soak runs.
+    Churn(ChurnLabArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ChurnLabArgs {
+    /// Stop starting connections after this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub duration: f64,
+    /// Client tasks, each making one connection after another.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub parallel: usize,
+    /// Bytes each connection uploads through the proxy into its target.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024)]
+    pub upload: usize,
+    /// UDP address of the QUIC proxy.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    pub listen: std::net::SocketAddr,
 }
 
 /// How a lab target treats what is written to it.

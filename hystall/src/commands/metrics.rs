@@ -44,6 +44,7 @@ impl Metrics {
             probes,
             progs: p.live.prog_stats(),
             stats_enabled: self.stats.enabled(),
+            maps: p.live.map_fill.clone(),
         };
         self.exporter.publish(Snapshot::new(&p.model, &self.totals, kernel));
     }

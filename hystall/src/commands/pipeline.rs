@@ -171,7 +171,16 @@ impl Pipeline {
             tracing::warn!("{} kernel events lost (ring buffer full); verdicts may lag", lost - self.lost_seen);
             self.lost_seen = lost;
         }
+        if let Some(cookies) = self.live.upkeep(now) {
+            self.model.sockets.forget_untracked(now, &cookies);
+        }
         let mut events = self.model.tick(now);
+        // Bounded kernel flow map: the flows of closed connections go.
+        let swept = std::mem::take(&mut self.model.swept_flows);
+        if !swept.is_empty() {
+            let gone = self.live.forget_flows(&swept);
+            self.model.conns.forgotten(&gone);
+        }
         if let Some((rule, hands)) = self.enforcer.as_mut() {
             for d in rule.decide(now, &self.model.sockets) {
                 let outcome = hands.act(&d);

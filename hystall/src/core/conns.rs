@@ -28,6 +28,9 @@ const PREFIX_MIN: usize = 3;
 const RATE_WINDOW: Duration = Duration::from_secs(5);
 /// A connection whose grouping is still open is reported after this long.
 const OPEN_AFTER: Duration = Duration::from_secs(2);
+/// At most this many stale flows wait for the next sweep (each poll re-finds
+/// the ones left over).
+const MAX_STALE: usize = 4096;
 
 /// How a connection's packets were tied together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -59,6 +62,11 @@ pub struct Conn {
     pub closed: Option<Mono>,
     /// What decrypted frames show (captures with a key log only).
     pub frames: Option<super::frames::FrameState>,
+    /// Counters of the paths this connection left (a port-hopping client's
+    /// old 5-tuples, idle past the timeout): folded in so their flows can go.
+    folded: (DirCounters, DirCounters),
+    /// Client addresses of those paths that no remaining flow has.
+    folded_clients: usize,
     /// Recent (time, c2s, s2c) sums, for rates over a few seconds.
     history: std::collections::VecDeque<(Mono, DirCounters, DirCounters)>,
 }
@@ -86,7 +94,8 @@ impl Conn {
 
     /// Port hops (or NAT rebinds) seen: client addresses after the first.
     pub fn hops(&self) -> usize {
-        self.flows.iter().map(|f| f.client).collect::<BTreeSet<_>>().len().saturating_sub(1)
+        let clients = self.flows.iter().map(|f| f.client).collect::<BTreeSet<_>>().len();
+        (clients + self.folded_clients).saturating_sub(1)
     }
 
     /// Packets both ways within `window` before `now`.
@@ -140,6 +149,10 @@ pub struct ConnTable {
     /// Flows of closed connections, with their final cumulative counters: a
     /// later poll showing the same counters is not a new connection.
     retired: HashMap<FlowId, FlowCounters>,
+    /// Retired flows a poll showed unchanged: the next sweep offers them for
+    /// deletion from the kernel map too (their connection closed before the
+    /// source knew their kernel key).
+    stale: Vec<FlowId>,
     /// DCID length per server endpoint, learned from its long-header SCIDs.
     cid_len: HashMap<std::net::SocketAddr, usize>,
     next_id: u64,
@@ -161,6 +174,7 @@ impl ConnTable {
             by_dcid: HashMap::new(),
             by_client: HashMap::new(),
             retired: HashMap::new(),
+            stale: Vec::new(),
             cid_len: HashMap::new(),
             next_id: 1,
             idle_timeout,
@@ -215,6 +229,8 @@ impl ConnTable {
                 opened_reported: false,
                 closed: None,
                 frames: None,
+                folded: Default::default(),
+                folded_clients: 0,
                 history: Default::default(),
             },
         );
@@ -223,8 +239,13 @@ impl ConnTable {
 
     /// A header sample: learns CIDs, ties the flow to a connection.
     pub fn sample(&mut self, at: Mono, s: &HeaderSample) {
-        // A server's late packet on a closed connection's path opens nothing.
-        if s.dir == Dir::S2c && !self.flows.contains_key(&s.flow) && self.retired.contains_key(&s.flow) {
+        // A server's late 1-RTT packet (a retransmitted close) on the path of a
+        // closed connection opens nothing: only clients open connections.
+        if s.dir == Dir::S2c
+            && !self.flows.contains_key(&s.flow)
+            && (self.retired.contains_key(&s.flow) || !self.client_has_open_conn(&s.flow))
+            && !matches!(Peek::of(&s.bytes), Peek::Long { .. })
+        {
             return;
         }
         let peek = Peek::of(&s.bytes);
@@ -321,9 +342,19 @@ impl ConnTable {
         }
     }
 
+    /// Whether the flow's client address belongs to an open connection.
+    fn client_has_open_conn(&self, flow: &FlowId) -> bool {
+        self.by_client.get(&flow.client).is_some_and(|id| self.conns.get(id).is_some_and(|c| c.closed.is_none()))
+    }
+
     /// Fresh counters of one flow (cumulative, as the kernel keeps them).
     pub fn counters(&mut self, at: Mono, flow: FlowId, counters: FlowCounters) {
         let mut base = FlowCounters::default();
+        // Server packets alone on an unknown path (a closed connection's late
+        // close, its kernel entry already deleted) are no connection.
+        if !self.flows.contains_key(&flow) && counters.c2s.total_packets() == 0 && !self.client_has_open_conn(&flow) {
+            return;
+        }
         if !self.flows.contains_key(&flow) {
             if let Some(old) = self.retired.get_mut(&flow) {
                 // Nothing new from the client: the closed connection's last
@@ -331,6 +362,9 @@ impl ConnTable {
                 // PTO probe) — only a client opens a connection.
                 if old.c2s.total_packets() == counters.c2s.total_packets() {
                     *old = counters;
+                    if self.stale.len() < MAX_STALE {
+                        self.stale.push(flow);
+                    }
                     return;
                 }
                 base = old.clone();
@@ -347,8 +381,46 @@ impl ConnTable {
         st.polled_at = Some(at);
     }
 
+    /// Folds the idle old paths of open connections into them: a client that
+    /// hops ports every 30 s would otherwise grow its connection's flows (and
+    /// the kernel's flow map) for as long as it lives. The flow's figures stay
+    /// in the sums; its kernel entry is offered for deletion by the next sweep.
+    fn fold_idle_paths(&mut self, now: Mono) {
+        let idle: Vec<FlowId> = self
+            .flows
+            .iter()
+            .filter(|(f, st)| {
+                let last = st.counters.c2s.last_any().max(st.counters.s2c.last_any());
+                last.is_some_and(|t| now.since(t) >= self.idle_timeout)
+                    && self.conns.get(&st.conn).is_some_and(|c| c.closed.is_none() && c.flows.last() != Some(*f))
+            })
+            .map(|(f, _)| *f)
+            .collect();
+        for f in idle {
+            let Some(st) = self.flows.remove(&f) else { continue };
+            let Some(c) = self.conns.get_mut(&st.conn) else { continue };
+            c.folded.0.add(&st.counters.c2s);
+            c.folded.1.add(&st.counters.s2c);
+            c.flows.retain(|x| *x != f);
+            if !c.flows.iter().any(|x| x.client == f.client) {
+                c.folded_clients += 1;
+                if self.by_client.get(&f.client) == Some(&c.id) {
+                    self.by_client.remove(&f.client);
+                }
+            }
+            let mut total = st.counters.clone();
+            total.c2s.add(&st.base.c2s);
+            total.s2c.add(&st.base.s2c);
+            self.retired.insert(f, total);
+            if self.stale.len() < MAX_STALE {
+                self.stale.push(f);
+            }
+        }
+    }
+
     /// Recomputes sums and rates, closes idle connections; returns changes.
     pub fn tick(&mut self, now: Mono) -> Vec<ConnChange> {
+        self.fold_idle_paths(now);
         let mut sums: HashMap<u64, (DirCounters, DirCounters)> = HashMap::new();
         for st in self.flows.values() {
             let e = sums.entry(st.conn).or_default();
@@ -357,7 +429,9 @@ impl ConnTable {
         }
         let mut out = Vec::new();
         for c in self.conns.values_mut() {
-            if let Some((c2s, s2c)) = sums.remove(&c.id) {
+            if let Some((mut c2s, mut s2c)) = sums.remove(&c.id) {
+                c2s.add(&c.folded.0);
+                s2c.add(&c.folded.1);
                 // Rates over the last RATE_WINDOW: ACK-sized traffic is sparse.
                 c.history.push_back((now, c2s, s2c));
                 while c.history.len() > 2 && c.history.front().is_some_and(|(t, _, _)| now.since(*t) > RATE_WINDOW) {
@@ -394,11 +468,14 @@ impl ConnTable {
         out
     }
 
-    /// Forgets closed connections (after their events were emitted).
-    pub fn sweep(&mut self) {
+    /// Forgets closed connections (after their events were emitted). Returns
+    /// their flows, and retired flows polled unchanged since: the live source
+    /// deletes them from the kernel map and says so with [`Self::forgotten`].
+    pub fn sweep(&mut self) -> Vec<FlowId> {
+        let mut out = std::mem::take(&mut self.stale);
         let closed: BTreeSet<u64> = self.conns.values().filter(|c| c.closed.is_some()).map(|c| c.id).collect();
         if closed.is_empty() {
-            return;
+            return out;
         }
         self.conns.retain(|id, _| !closed.contains(id));
         for (flow, st) in self.flows.iter().filter(|(_, f)| closed.contains(&f.conn)) {
@@ -406,10 +483,30 @@ impl ConnTable {
             total.c2s.add(&st.base.c2s);
             total.s2c.add(&st.base.s2c);
             self.retired.insert(*flow, total);
+            out.push(*flow);
         }
         self.flows.retain(|_, f| !closed.contains(&f.conn));
         self.by_dcid.retain(|_, id| !closed.contains(id));
         self.by_client.retain(|_, id| !closed.contains(id));
+        out
+    }
+
+    /// These flows are gone from the kernel map: a packet on one of them later
+    /// starts from zero, so their last figures need not be remembered.
+    pub fn forgotten(&mut self, flows: &[FlowId]) {
+        for f in flows {
+            self.retired.remove(f);
+        }
+    }
+
+    /// Client 5-tuples of the connections in the table.
+    pub fn flows_len(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Flows whose final figures are remembered (for the soak test and metrics).
+    pub fn retired_len(&self) -> usize {
+        self.retired.len()
     }
 }
 
@@ -603,5 +700,53 @@ mod tests {
         assert_eq!(t.tick(s(40.0)), vec![ConnChange::Closed(1)]);
         t.sweep();
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn swept_flows_are_offered_for_deletion_and_forgotten_once_deleted() {
+        let mut t = ConnTable::new(Duration::from_secs(2));
+        let a = flow(9, 443);
+        let dc = DirCounters { packets: [3, 0, 0], bytes: [150, 0, 0], last: [Some(s(1.0)), None, None], first: None };
+        t.poll(s(1.0), vec![(a, FlowCounters { c2s: dc, s2c: dc })]);
+        t.tick(s(1.0));
+        t.tick(s(3.5));
+        assert_eq!(t.sweep(), vec![a]);
+        assert_eq!(t.retired_len(), 1);
+        // The source could not delete it yet: a poll showing it unchanged offers it again.
+        t.poll(s(4.0), vec![(a, FlowCounters { c2s: dc, s2c: dc })]);
+        assert_eq!(t.sweep(), vec![a]);
+        t.forgotten(&[a]);
+        assert_eq!((t.retired_len(), t.flows_len(), t.len()), (0, 0, 0));
+        assert!(t.sweep().is_empty());
+    }
+
+    #[test]
+    fn a_client_hopping_ports_for_hours_keeps_its_flows_bounded_and_its_sums() {
+        let mut t = ConnTable::new(Duration::from_secs(30));
+        let dcid = [4, 3, 2, 1];
+        t.sample(s(0.0), &sample(flow(1, 443), Dir::S2c, server_long(&dcid)));
+        let dc = |at: f64| DirCounters {
+            packets: [0, 0, 10],
+            bytes: [0, 0, 12_000],
+            last: [None, None, Some(s(at))],
+            first: Some(s(at)),
+        };
+        // A hop every 30 s for two hours: each path carries 10 packets each way.
+        let hops = 240u16;
+        for h in 0..hops {
+            let at = f64::from(h) * 30.0;
+            let f = flow(1 + h, 443);
+            t.sample(s(at), &sample(f, Dir::C2s, short(&dcid, h as u8)));
+            t.counters(s(at), f, FlowCounters { c2s: dc(at), s2c: dc(at) });
+            t.tick(s(at + 1.0));
+            let swept = t.sweep();
+            t.forgotten(&swept);
+        }
+        assert_eq!(t.len(), 1);
+        assert!(t.flows_len() <= 3, "{} flows kept", t.flows_len());
+        assert_eq!(t.retired_len(), 0);
+        let c = t.iter().next().unwrap();
+        assert_eq!(c.c2s.total_packets(), 10 * u64::from(hops));
+        assert_eq!(c.hops(), usize::from(hops) - 1);
     }
 }

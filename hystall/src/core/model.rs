@@ -19,6 +19,9 @@ pub struct Model {
     pub owners: HashMap<u16, u32>,
     /// The server's own stream table, when its API is available.
     pub streams: Option<Vec<ServerStream>>,
+    /// Flows of the connections the last tick forgot: the live source deletes
+    /// their kernel entries (replaced every tick, so bounded when nobody does).
+    pub swept_flows: Vec<super::flows::FlowId>,
 }
 
 impl Model {
@@ -29,6 +32,7 @@ impl Model {
             detector: Detector::new(detector),
             owners: HashMap::new(),
             streams: None,
+            swept_flows: Vec::new(),
         }
     }
 
@@ -62,7 +66,7 @@ impl Model {
         }
         // Before closed connections are swept: a starved one that closes recovers.
         out.extend(self.detector.tick(now, &self.conns, &self.sockets, &self.owners, self.streams.as_deref()));
-        self.conns.sweep();
+        self.swept_flows = self.conns.sweep();
         out
     }
 }

@@ -13,6 +13,9 @@ use super::verdict::{SendProgress, Thresholds, Verdict};
 /// Blocked this long → the sources re-read the socket's kernel entry and
 /// sock_diag figures every tick (cheap for the few sockets it concerns).
 const WATCH_AFTER: Duration = Duration::from_millis(300);
+/// A socket missing from the kernel's map is forgotten once it has been quiet
+/// this long (see [`SocketTable::forget_untracked`]).
+pub const FORGET_AFTER: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug, Default)]
 pub struct Socket {
@@ -229,6 +232,24 @@ impl SocketTable {
         out
     }
 
+    /// Marks closed the sockets the kernel no longer tracks (`kernel`: the
+    /// cookies its socket map holds), so the next tick reports and forgets
+    /// them. Their destroy event was lost (a full ring buffer) or the LRU map
+    /// evicted them; without this they would stay in the table for good. Only
+    /// sockets quiet for [`FORGET_AFTER`] and with no send in flight: a socket
+    /// seen a moment ago may not be in a key walk that started before it.
+    pub fn forget_untracked(&mut self, now: Mono, kernel: &std::collections::HashSet<u64>) {
+        for (cookie, s) in self.socks.iter_mut() {
+            if s.closed.is_none()
+                && s.inflight_since.is_none()
+                && now.since(s.last_update) >= FORGET_AFTER
+                && !kernel.contains(cookie)
+            {
+                s.closed = Some(now);
+            }
+        }
+    }
+
     /// Counts by verdict (OK, SLOW, STALLED).
     pub fn counts(&self) -> [usize; 3] {
         let mut c = [0; 3];
@@ -395,5 +416,25 @@ mod tests {
         t.apply(d(2.5, 200));
         assert!(run(&mut t, 0.0, 5.4).is_empty());
         assert_eq!(names(&run(&mut t, 5.6, 5.6)), ["socket_stalled"]);
+    }
+
+    #[test]
+    fn a_socket_whose_destroy_was_lost_is_forgotten_once_the_kernel_has_no_entry() {
+        let mut t = table(2.0);
+        t.apply(blocked(1, 0.0));
+        t.apply(Observation::Sock { at: s(0.0), change: SockChange::Poll, sample: sample(2) });
+        assert_eq!(names(&run(&mut t, 0.0, 2.0)), ["socket_stalled"]);
+        let kernel: std::collections::HashSet<u64> = [2].into();
+        // Too recent: a key walk may have started before the socket was seen.
+        t.forget_untracked(s(10.0), &kernel);
+        assert!(t.tick(s(10.0)).is_empty());
+        // Socket 2 is gone from the kernel: forgotten silently (never stalled).
+        t.forget_untracked(s(31.0), &[1].into());
+        assert!(t.tick(s(31.0)).is_empty());
+        assert_eq!(t.len(), 1);
+        // Socket 1 goes too: a stalled socket's close is reported.
+        t.forget_untracked(s(40.0), &kernel);
+        assert_eq!(names(&t.tick(s(40.0))), ["socket_closed"]);
+        assert!(t.is_empty());
     }
 }

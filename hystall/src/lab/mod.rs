@@ -9,6 +9,7 @@ use crate::cli::{LabArgs, LabKind};
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
     match args.kind {
         Some(LabKind::Tcp(a)) => tcp::run(a),
+        Some(LabKind::Churn(a)) => quic::churn::run(a),
         None => quic::run(args),
     }
 }

@@ -6,19 +6,21 @@ use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
 use hystall_common::{
-    AF_INET, AF_INET6, FlowSample, SOCK_HAS_TUPLE, SOCK_OUTBOUND, SockEvent, SockEventKind, SockStats, Tuple,
+    AF_INET, AF_INET6, FlowKey, FlowSample, SOCK_HAS_TUPLE, SOCK_OUTBOUND, SockEvent, SockEventKind, SockStats, Tuple,
 };
 use netlink_packet_sock_diag::inet::StateFlags;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::probes::tc::Iface;
+use super::probes::upkeep::MapFill;
 use super::probes::{ProbeConfig, ProbeError, Probes};
 use super::procs::{self, Mode};
 use super::quic;
 use super::seed;
 use super::sockdiag::SockDiag;
 use crate::core::event::ProbeStatus;
+use crate::core::flows::FlowId;
 use crate::core::observation::{InflightSample, Observation, SockChange, SockSample};
 use crate::core::time::Mono;
 
@@ -31,6 +33,9 @@ const RESCAN_EVERY: Duration = Duration::from_secs(1);
 const BLOCKING_CHECK_EVERY: Duration = Duration::from_secs(2);
 /// How often the flow map is read (it can hold tens of thousands of flows).
 const FLOWS_EVERY: Duration = Duration::from_millis(500);
+/// How often the kernel maps are counted and the socket map's keys compared
+/// with the user-side table (a walk of up to 131 072 keys: not every tick).
+pub const UPKEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// What to watch on the QUIC side.
 #[derive(Clone, Debug, Default)]
@@ -64,6 +69,11 @@ pub struct Live {
     /// Observations made outside `poll` (start-up), handed out by the next poll.
     pending: Vec<Observation>,
     procs: procs::ProcCache,
+    /// The kernel key of each flow of the last poll (to delete closed ones).
+    flow_keys: HashMap<FlowId, FlowKey>,
+    last_upkeep: Mono,
+    /// Kernel map occupancy as of the last upkeep.
+    pub map_fill: Vec<MapFill>,
 }
 
 impl Live {
@@ -95,6 +105,9 @@ impl Live {
             last_blocking_check: Mono::ZERO,
             pending: Vec::new(),
             procs: Default::default(),
+            flow_keys: HashMap::new(),
+            last_upkeep: Mono::ZERO,
+            map_fill: Vec::new(),
         };
         live.refresh_ports()?;
         live.syscalls_on_demand(now);
@@ -262,9 +275,13 @@ impl Live {
     ) {
         out.append(&mut self.pending);
         self.syscalls_on_demand(now);
+        if now.since(self.last_scan) >= RESCAN_EVERY {
+            // Every mode: with no selection every process's sockets are seen,
+            // and pids churn on a busy host.
+            self.procs.expire(now);
+        }
         if now.since(self.last_scan) >= RESCAN_EVERY && self.mode.filters() {
             self.last_scan = now;
-            self.procs.expire(now);
             let pids = self.mode.resolve();
             if pids != self.pids {
                 let _ = self.probes.set_pids(&pids);
@@ -280,7 +297,9 @@ impl Live {
         }
         if self.samples.is_some() && now.since(self.last_flows) >= FLOWS_EVERY {
             self.last_flows = now;
-            let flows = self.probes.flows().iter().map(|(k, s)| (quic::flow_id(k), quic::flow_counters(s))).collect();
+            let kernel = self.probes.flows();
+            self.flow_keys = kernel.iter().map(|(k, _)| (quic::flow_id(k), *k)).collect();
+            let flows = kernel.iter().map(|(k, s)| (quic::flow_id(k), quic::flow_counters(s))).collect();
             out.push(Observation::FlowCounts { at: now, flows });
         }
         for &(cookie, local, remote) in wanted {
@@ -297,6 +316,29 @@ impl Live {
         }
         let sends = self.inflight(now);
         out.push(Observation::Inflight { at: now, sends });
+    }
+
+    /// Every [`UPKEEP_EVERY`]: counts the kernel maps (`map_fill`) and returns
+    /// the cookies the socket map holds, for the socket table to forget the
+    /// sockets whose destroy event was lost. None between upkeeps.
+    pub fn upkeep(&mut self, now: Mono) -> Option<HashSet<u64>> {
+        if now.since(self.last_upkeep) < UPKEEP_EVERY && self.last_upkeep != Mono::ZERO {
+            return None;
+        }
+        self.last_upkeep = now;
+        self.map_fill = self.probes.map_fill();
+        let cookies = self.probes.sock_cookies()?;
+        // Seeded once means never again, but only while the kernel knows it.
+        self.seeded.retain(|c| cookies.contains(c));
+        Some(cookies)
+    }
+
+    /// Deletes the kernel entries of flows whose connection closed; returns
+    /// the flows that were deleted (the model need not remember their figures).
+    pub fn forget_flows(&mut self, flows: &[FlowId]) -> Vec<FlowId> {
+        let probes = &mut self.probes;
+        let keys = &mut self.flow_keys;
+        flows.iter().filter(|f| keys.remove(*f).is_some_and(|k| probes.forget_flow(&k))).copied().collect()
     }
 
     fn inflight(&mut self, now: Mono) -> Vec<InflightSample> {

@@ -38,11 +38,16 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(args: &[&str]) -> Proc {
+        Proc::spawn_with_stderr(args, Stdio::inherit())
+    }
+
+    /// `spawn`, with stderr going to `stderr` (a file, to read warnings back).
+    pub fn spawn_with_stderr(args: &[&str], stderr: impl Into<Stdio>) -> Proc {
         let mut child = Command::new(bin())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn hystall");
         let out = child.stdout.take().expect("stdout");

@@ -30,6 +30,7 @@
 //! see on a real node. [`run_lab`] is the library entry (for `top --lab`); [`run`]
 //! is the CLI's.
 
+pub mod churn;
 pub mod client;
 pub mod echo;
 pub mod proxy;
@@ -380,7 +381,7 @@ impl Drop for AbortOnDrop {
 
 /// Hysteria's windows, both ways (the client's matter only for downloads). The
 /// rest is as Hysteria sets it: 30 s idle timeout, 10 s keep-alive from the client.
-fn transport(client: bool) -> quinn::TransportConfig {
+pub(crate) fn transport(client: bool) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
     t.stream_receive_window(STREAM_RECEIVE_WINDOW.into());
     t.receive_window(CONNECTION_RECEIVE_WINDOW.into());
@@ -393,7 +394,7 @@ fn transport(client: bool) -> quinn::TransportConfig {
 }
 
 /// Where the client connects: the proxy's address, with loopback for a wildcard.
-fn connect_addr(server: SocketAddr) -> SocketAddr {
+pub(crate) fn connect_addr(server: SocketAddr) -> SocketAddr {
     let ip = match server.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),

@@ -45,6 +45,13 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
     );
     gauge(&mut r, "quic_connections", "QUIC connections seen on the server ports and not idle", s.quic_connections);
 
+    gauges(
+        &mut r,
+        "table_entries",
+        "Entries of hystall's own tables (sockets, connections, flows, retired_flows): flat on a healthy node",
+        s.tables.rows().into_iter().map(|(t, n)| (vec![("table", t.to_owned())], n)),
+    );
+
     // What happened, since start.
     let t = &s.totals;
     count(&mut r, "starvation_events", "QUIC connections that became starved", t.starvations);
@@ -91,6 +98,18 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
             (vec![("map", "socks".to_owned())], c(counter::MAP_FULL)),
             (vec![("map", "flows".to_owned())], c(counter::FLOWS_FULL)),
         ],
+    );
+    gauges(
+        &mut r,
+        "kernel_map_entries",
+        "Entries in the kernel maps that grow with traffic (counted every 10 s)",
+        k.maps.iter().map(|m| (vec![("map", m.map.to_owned())], m.entries)),
+    );
+    gauges(
+        &mut r,
+        "kernel_map_capacity",
+        "Capacity (max entries) of those kernel maps",
+        k.maps.iter().map(|m| (vec![("map", m.map.to_owned())], m.capacity)),
     );
     count(
         &mut r,

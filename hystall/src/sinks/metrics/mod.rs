@@ -12,4 +12,4 @@ mod snapshot;
 
 pub use encode::encode;
 pub use server::{Exporter, MetricsError};
-pub use snapshot::{EnforceResult, Kernel, ProbeGauge, Snapshot, Totals};
+pub use snapshot::{EnforceResult, Kernel, ProbeGauge, Snapshot, Tables, Totals};

@@ -112,6 +112,32 @@ pub struct Kernel {
     pub progs: Vec<ProgStats>,
     /// BPF run-time statistics are being collected (else run times stay 0).
     pub stats_enabled: bool,
+    /// Occupancy of the kernel maps that grow with traffic (counted every 10 s).
+    pub maps: Vec<crate::sources::probes::upkeep::MapFill>,
+}
+
+/// Sizes of the model's tables (closed entries not yet swept included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tables {
+    pub sockets: u64,
+    pub connections: u64,
+    /// Client 5-tuples of those connections.
+    pub flows: u64,
+    /// Flows of closed connections whose last figures are kept (until the
+    /// kernel forgets them).
+    pub retired_flows: u64,
+}
+
+impl Tables {
+    /// (label, value) pairs, in a fixed order.
+    pub fn rows(&self) -> [(&'static str, u64); 4] {
+        [
+            ("sockets", self.sockets),
+            ("connections", self.connections),
+            ("flows", self.flows),
+            ("retired_flows", self.retired_flows),
+        ]
+    }
 }
 
 /// Everything one scrape shows.
@@ -123,6 +149,9 @@ pub struct Snapshot {
     /// Starved connections by confidence: suspected, likely, confirmed.
     pub starved: [u64; 3],
     pub quic_connections: u64,
+    /// Entries of the user-side tables, by name: what must stay flat on a
+    /// node that runs for days.
+    pub tables: Tables,
     pub totals: Totals,
     pub kernel: Kernel,
 }
@@ -139,7 +168,13 @@ impl Snapshot {
             starved[confidence_index(s.confidence)] += 1;
         }
         let quic_connections = model.conns.iter().filter(|c| c.closed.is_none() && c.opened_reported).count() as u64;
-        Snapshot { targets, starved, quic_connections, totals: totals.clone(), kernel }
+        let tables = Tables {
+            sockets: model.sockets.len() as u64,
+            connections: model.conns.len() as u64,
+            flows: model.conns.flows_len() as u64,
+            retired_flows: model.conns.retired_len() as u64,
+        };
+        Snapshot { targets, starved, quic_connections, tables, totals: totals.clone(), kernel }
     }
 }
 

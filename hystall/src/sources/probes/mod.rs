@@ -9,6 +9,7 @@ pub mod stats;
 pub mod syscalls;
 pub mod tc;
 pub mod tracefs;
+pub mod upkeep;
 
 use std::collections::HashSet;
 

@@ -91,6 +91,8 @@ fn enforced(action: &'static str, dry_run: bool, result: &str) -> Stamped {
     Stamped { at: s(17.0), event: Event::Enforced(info) }
 }
 
+use crate::sources::probes::upkeep::MapFill;
+
 fn kernel() -> Kernel {
     let mut counters = [0u64; hystall_common::counter::LEN as usize];
     counters[hystall_common::counter::EVENTS_SENT as usize] = 120;
@@ -107,6 +109,7 @@ fn kernel() -> Kernel {
         ],
         progs: vec![ProgStats { program: "tcp_probe".into(), run_time: Duration::from_millis(1500), run_count: 300 }],
         stats_enabled: true,
+        maps: vec![MapFill { map: "socks", entries: 7, capacity: 131_072 }],
     }
 }
 
@@ -162,6 +165,9 @@ fn a_starved_node_shows_in_every_metric() {
         ("hystall_probe_stats_enabled", 1.0),
         ("hystall_probe_run_time_seconds_total{program=\"tcp_probe\"}", 1.5),
         ("hystall_probe_run_count_total{program=\"tcp_probe\"}", 300.0),
+        ("hystall_kernel_map_entries{map=\"socks\"}", 7.0),
+        ("hystall_kernel_map_capacity{map=\"socks\"}", 131_072.0),
+        ("hystall_table_entries{table=\"connections\"}", 1.0),
     ];
     for (series, want) in expect {
         assert_eq!(value(&t, series), Some(want), "{series} in:\n{t}");

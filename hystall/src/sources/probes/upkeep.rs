@@ -1,0 +1,63 @@
+//! Upkeep of the kernel maps for long runs: how full each one is (for the
+//! `hystall_kernel_map_entries` gauge and the soak test), which sockets the
+//! kernel still tracks (so the user-side table can forget sockets whose
+//! destroy event was lost), and deleting the flows of closed QUIC connections
+//! (so the flow map holds the live connections, not the last 65 536 5-tuples).
+
+use std::collections::HashSet;
+
+use aya::maps::{HashMap as BpfHashMap, PerCpuHashMap};
+use hystall_common::{FlowKey, FlowStats, InflightSend, MAX_FLOWS, MAX_INFLIGHT, MAX_PIDS, MAX_SOCKS, SockStats};
+
+use super::Probes;
+
+/// Entries in one kernel map and its capacity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapFill {
+    /// The name the metric's `map` label uses.
+    pub map: &'static str,
+    pub entries: u64,
+    pub capacity: u64,
+}
+
+impl Probes {
+    /// Entries of the maps that grow with traffic: counted by walking their
+    /// keys (one syscall per key, so callers do it every few seconds, not every
+    /// tick). A map not created yet (the QUIC maps before a port is known)
+    /// shows 0.
+    pub fn map_fill(&self) -> Vec<MapFill> {
+        let count = |name: &str, f: &dyn Fn(&aya::maps::Map) -> Option<u64>| self.ebpf.map(name).and_then(f);
+        let socks = count("SOCKS", &|m| Some(BpfHashMap::<_, u64, SockStats>::try_from(m).ok()?.keys().count() as u64));
+        let flows =
+            count("FLOWS", &|m| Some(PerCpuHashMap::<_, FlowKey, FlowStats>::try_from(m).ok()?.keys().count() as u64));
+        let inflight =
+            count("INFLIGHT", &|m| Some(BpfHashMap::<_, u32, InflightSend>::try_from(m).ok()?.keys().count() as u64));
+        let pids = count("PIDS", &|m| Some(BpfHashMap::<_, u32, u8>::try_from(m).ok()?.keys().count() as u64));
+        // A key deleted during the walk restarts it, so a count can overshoot
+        // a little under churn: never report more than the map can hold.
+        let fill = |map, entries: Option<u64>, capacity: u32| MapFill {
+            map,
+            entries: entries.unwrap_or(0).min(u64::from(capacity)),
+            capacity: capacity.into(),
+        };
+        vec![
+            fill("socks", socks, MAX_SOCKS),
+            fill("flows", flows, MAX_FLOWS),
+            fill("inflight", inflight, MAX_INFLIGHT),
+            fill("pids", pids, MAX_PIDS),
+        ]
+    }
+
+    /// Cookies of the sockets the kernel tracks now (None if the map cannot be read).
+    pub fn sock_cookies(&self) -> Option<HashSet<u64>> {
+        let m = BpfHashMap::<_, u64, SockStats>::try_from(self.ebpf.map("SOCKS")?).ok()?;
+        Some(m.keys().filter_map(Result::ok).collect())
+    }
+
+    /// Deletes a flow from the classifier's map; false if it was not there.
+    /// A packet that comes later simply starts a fresh entry.
+    pub fn forget_flow(&mut self, key: &FlowKey) -> bool {
+        let Some(map) = self.ebpf.map_mut("FLOWS") else { return false };
+        PerCpuHashMap::<_, FlowKey, FlowStats>::try_from(map).is_ok_and(|mut m| m.remove(key).is_ok())
+    }
+}
