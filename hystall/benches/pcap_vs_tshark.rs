@@ -196,5 +196,7 @@ fn free_udp_port() -> Result<u16, String> {
 
 fn on_path(tool: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")]).any(|d| d.join(tool).is_file())
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .any(|d| d.join(tool).is_file())
 }

@@ -148,8 +148,7 @@ fn debian_packages(log: &Log) -> anyhow::Result<()> {
         ("nft", "nftables"),
         ("ss", "iproute2"),
         ("tc", "iproute2"),
-    ]
-    {
+    ] {
         if tool(bin).is_none() {
             need(pkg);
         }
