@@ -42,10 +42,9 @@ impl Rng {
 /// the case's name, and its input saved under the test target folder.
 fn check(name: &str, capture: &[u8], keylog: Option<&str>) -> Option<Report> {
     let res = catch_unwind(AssertUnwindSafe(|| {
-        analyse_bytes(capture, keylog).map(|r| {
-            let _ = report::text(&r, &CAPTURE_CLOCK);
-            let _ = svg::render(&r);
-            r
+        analyse_bytes(capture, keylog).inspect(|r| {
+            let _ = report::text(r, &CAPTURE_CLOCK);
+            let _ = svg::render(r);
         })
     }));
     let res = res.unwrap_or_else(|_| {
