@@ -1,11 +1,13 @@
 //! `cargo xtask bench [-- ARGS]`: set up, then run every benchmark in one
-//! `cargo bench -p hystall --bench probe_overhead --bench tc_overhead`:
+//! `cargo bench -p hystall --bench probe_overhead --bench tc_overhead --bench pcap_vs_tshark`:
 //! - `probe_overhead`: sends and syscalls per second with the eBPF probes
 //!   attached vs detached;
 //! - `tc_overhead`: loopback UDP packets per second with the QUIC TC classifier
-//!   attached vs detached.
+//!   attached vs detached;
+//! - `pcap_vs_tshark`: `hystall pcap` vs tshark on a capture of the lab, wall
+//!   time and peak RSS, without and with the key log (needs tcpdump and tshark).
 //!
-//! The benchmarks load eBPF programs, so they must run as root. When we are not
+//! The benchmarks load eBPF programs or capture on lo, so they must run as root. When we are not
 //! root, cargo still builds as us (the target folder stays ours) and only the
 //! benchmark binaries run through `sudo -E`, set as cargo's runner for the host.
 //! `HYSTALL_BENCH_SECS` (seconds per round) is passed through; ARGS are added to
@@ -16,7 +18,7 @@ use anyhow::Context as _;
 use crate::{setup, sh};
 
 /// The benchmarks of the `hystall` package, run in this order.
-const BENCHES: [&str; 2] = ["probe_overhead", "tc_overhead"];
+const BENCHES: [&str; 3] = ["probe_overhead", "tc_overhead", "pcap_vs_tshark"];
 
 pub fn bench(args: &[String]) -> anyhow::Result<()> {
     setup::setup(setup::Verbosity::Quiet)?;

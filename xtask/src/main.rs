@@ -6,6 +6,7 @@ mod bench;
 mod build;
 mod clippy;
 mod fmt;
+mod fuzz;
 mod install;
 mod run;
 mod service;
@@ -41,11 +42,22 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Set up, then `cargo bench -p hystall --bench probe_overhead`: probe overhead,
-    /// attached vs detached (the benchmark runs through `sudo -E` when not root;
-    /// HYSTALL_BENCH_SECS sets the seconds per round).
+    /// Set up, then `cargo bench -p hystall` with every benchmark: probe and TC
+    /// classifier overhead, attached vs detached, and `hystall pcap` vs tshark (the
+    /// benchmarks run through `sudo -E` when not root; HYSTALL_BENCH_SECS sets the
+    /// seconds per round).
     Bench {
         /// Extra arguments for cargo bench, after `--`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, install cargo-fuzz if missing, seed the corpus from hystall/tests/data,
+    /// then fuzz the offline path (`hystall pcap`) for SECS seconds (target `pcap_offline`).
+    Fuzz {
+        /// Seconds of fuzzing.
+        #[arg(long, value_name = "N", default_value_t = 120)]
+        secs: u64,
+        /// Extra libFuzzer arguments, after `--` (e.g. `-- -jobs=2`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -71,6 +83,7 @@ fn main() {
         Task::Run { args } => run::run(&args),
         Task::Test { args } => test::test(&args),
         Task::Bench { args } => bench::bench(&args),
+        Task::Fuzz { secs, args } => fuzz::fuzz(secs, &args),
         Task::Clippy => clippy::clippy(),
         Task::Fmt { check } => fmt::fmt(check),
         Task::Install => install::install(),
@@ -94,6 +107,15 @@ mod tests {
     fn run_passes_everything_after_the_double_dash() {
         let Task::Run { args } = parse("xtask run -- watch --json --pid 7") else { panic!() };
         assert_eq!(args, ["watch", "--json", "--pid", "7"]);
+    }
+
+    #[test]
+    fn fuzz_takes_seconds_and_libfuzzer_args() {
+        let Task::Fuzz { secs, args } = parse("xtask fuzz --secs 30 -- -jobs=2") else { panic!() };
+        assert_eq!(secs, 30);
+        assert_eq!(args, ["-jobs=2"]);
+        let Task::Fuzz { secs, .. } = parse("xtask fuzz") else { panic!() };
+        assert_eq!(secs, 120);
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod lab_side;
 pub mod metrics;
 pub mod pcap;
+pub mod pcap_bytes;
 pub mod pipeline;
 pub mod record;
 pub mod replay;

@@ -9,7 +9,7 @@
 //! - [`quic`]: with a key log, decrypted frames per QUIC connection.
 //!
 //! Time is capture time (Unix nanoseconds as `Mono`); ticks every 200 ms of it,
-//! as live. Packets out of order by a few ms (several interfaces) are taken at
+//! as live, except past the first [`MAX_GAP`] of a quiet gap. Packets out of order by a few ms (several interfaces) are taken at
 //! the latest time seen.
 
 pub mod quic;
@@ -33,6 +33,9 @@ use crate::sources::capture::{CaptureError, CaptureReader, L4, Record, Stats};
 
 /// Ticks of the model, as live (commands/pipeline.rs TICK).
 pub const TICK: Duration = Duration::from_millis(200);
+/// The part of a quiet gap that is ticked through: every verdict and close a gap
+/// can bring comes within it (stall timeouts and the QUIC idle time are shorter).
+pub const MAX_GAP: Duration = Duration::from_secs(600);
 /// Width of the timeline's buckets (report and picture).
 pub const BUCKET: Duration = Duration::from_millis(250);
 /// Buckets kept over all flows (16 bytes each: 64 MiB); past it the picture
@@ -146,13 +149,21 @@ impl<R: Read> Converter<R> {
         }
         let next = *self.next_tick.get_or_insert(Mono(at.0 + TICK.as_nanos() as u64));
         if at >= next {
-            // Every tick up to this packet (a quiet gap is many ticks).
+            // Every tick up to this packet (a quiet gap is many ticks), but only the
+            // first MAX_GAP of a longer gap, then the last tick before the packet: a
+            // timestamp years ahead (a corrupt record) must not mean billions of ticks.
+            let tick_ns = TICK.as_nanos() as u64;
             let mut t = next;
-            while t <= at {
+            let last = Mono(next.0 + (at.0 - next.0) / tick_ns * tick_ns);
+            let capped = Mono(next.0.saturating_add(MAX_GAP.as_nanos() as u64)).min(last);
+            while t <= capped {
                 self.tick(t);
-                t = Mono(t.0 + TICK.as_nanos() as u64);
+                t = Mono(t.0 + tick_ns);
             }
-            self.next_tick = Some(t);
+            if t <= last {
+                self.tick(last);
+            }
+            self.next_tick = Some(Mono(last.0 + tick_ns));
         }
         let bucket = self.bucket(at);
         match p.l4 {
