@@ -168,6 +168,7 @@ pub fn analyse<I: Iterator<Item = crate::core::timeline::Step>>(
         skipped: s.stats.skipped.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         unplaced_udp: s.unplaced_udp,
         gso_split: s.gso_split,
+        time_jumps: s.time_jumps,
         servers: s.servers.iter().map(ToString::to_string).collect(),
         keylog_entries: s.keylog_entries,
         keylog_skipped: s.keylog_skipped,
@@ -224,7 +225,10 @@ fn gaps(series: &Series<[u32; 4]>, start: Mono, bucket_ns: u64) -> Vec<(Mono, f6
     let busy: Vec<usize> = series.iter().filter(|(_, b)| b.iter().any(|&x| x > 0)).map(|(i, _)| i).collect();
     busy.windows(2)
         .filter(|w| (w[1] - w[0] - 1) as u64 * bucket_ns >= 1_000_000_000)
-        .map(|w| (Mono(start.0 + (w[0] + 1) as u64 * bucket_ns), (w[1] - w[0] - 1) as f64 * bucket_ns as f64 / 1e9))
+        .map(|w| {
+            let from = Mono(start.0.saturating_add((w[0] + 1) as u64 * bucket_ns));
+            (from, (w[1] - w[0] - 1) as f64 * bucket_ns as f64 / 1e9)
+        })
         .collect()
 }
 

@@ -162,6 +162,14 @@ impl Pipeline {
         let now: Mono = mono_now();
         self.live.poll(now, &self.model.sockets.wanted(now), &mut self.pending);
         self.pending.extend(self.api.try_iter());
+        // Sockets whose close event was lost go as an observation, so a
+        // recording replays the same.
+        if let Some(cookies) = self.live.upkeep(now) {
+            let gone = self.model.sockets.untracked(now, &cookies);
+            if !gone.is_empty() {
+                self.pending.push(Observation::SocketsGone { at: now, cookies: gone });
+            }
+        }
         self.apply_pending()?;
         if let Some(r) = self.recorder.as_mut() {
             r.tick(now, &self.model)?;
@@ -171,15 +179,15 @@ impl Pipeline {
             tracing::warn!("{} kernel events lost (ring buffer full); verdicts may lag", lost - self.lost_seen);
             self.lost_seen = lost;
         }
-        if let Some(cookies) = self.live.upkeep(now) {
-            self.model.sockets.forget_untracked(now, &cookies);
-        }
         let mut events = self.model.tick(now);
         // Bounded kernel flow map: the flows of closed connections go.
         let swept = std::mem::take(&mut self.model.swept_flows);
         if !swept.is_empty() {
             let gone = self.live.forget_flows(&swept);
-            self.model.conns.forgotten(&gone);
+            if !gone.is_empty() {
+                self.pending.push(Observation::FlowsForgotten { at: now, flows: gone });
+                self.apply_pending()?;
+            }
         }
         if let Some((rule, hands)) = self.enforcer.as_mut() {
             for d in rule.decide(now, &self.model.sockets) {

@@ -90,7 +90,8 @@ impl Feed {
                 } else {
                     Mono(t0.0.saturating_add((r.started.elapsed().as_secs_f64() * r.speed * 1e9) as u64))
                 };
-                let events = r.player.advance_to(target);
+                // Bounded per tick: keys and redraws stay live on a big file.
+                let events = r.player.advance(target, 20_000);
                 if !r.ended && r.player.next_at().is_none() {
                     r.ended = true;
                     for w in (r.warnings)() {

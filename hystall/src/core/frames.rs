@@ -58,8 +58,13 @@ impl FrameState {
     /// server's limit, or it said so with DATA_BLOCKED at the current limit.
     pub fn client_blocked_at_limit(&self) -> Option<u64> {
         let limit = self.server_max_data?;
+        // Past the known limit means a raise we did not see (a server packet
+        // missing or unopened): the limit is unknown, so nothing is proven.
+        if self.client_consumed > limit {
+            return None;
+        }
         let named = self.data_blocked.is_some_and(|(l, _, _)| l >= limit);
-        (named || self.client_consumed >= limit).then_some(limit)
+        (named || self.client_consumed == limit).then_some(limit)
     }
 
     /// Client packets that are not stream data (ACKs, DATAGRAM frames) after `t`.

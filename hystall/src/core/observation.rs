@@ -134,6 +134,17 @@ pub enum Observation {
         at: Mono,
         ports: Vec<(u16, u32)>,
     },
+    /// Sockets the kernel no longer tracks (their close event was lost): closed.
+    SocketsGone {
+        at: Mono,
+        cookies: Vec<u64>,
+    },
+    /// Flows of closed connections deleted from the kernel's flow map: their
+    /// last figures need not be remembered any more.
+    FlowsForgotten {
+        at: Mono,
+        flows: Vec<super::flows::FlowId>,
+    },
     /// What decrypted frames show of the connection a flow belongs to
     /// (captures with a key log), replacing the previous figures.
     Frames {
@@ -152,6 +163,8 @@ impl Observation {
             | Observation::FlowCounts { at, .. }
             | Observation::Owners { at, .. }
             | Observation::Frames { at, .. }
+            | Observation::SocketsGone { at, .. }
+            | Observation::FlowsForgotten { at, .. }
             | Observation::Streams { at, .. } => *at,
         }
     }

@@ -30,6 +30,17 @@ impl<T: Copy + Default> Series<T> {
         &mut self.v[rel]
     }
 
+    /// Buckets `at(i)` would add (callers with a budget check it first).
+    pub fn growth(&self, i: usize) -> usize {
+        if self.v.is_empty() {
+            1
+        } else if i >= self.end() {
+            i + 1 - self.end()
+        } else {
+            self.first.saturating_sub(i)
+        }
+    }
+
     /// The entry of absolute bucket `i` (default outside the series).
     pub fn get(&self, i: usize) -> T {
         i.checked_sub(self.first).and_then(|r| self.v.get(r)).copied().unwrap_or_default()

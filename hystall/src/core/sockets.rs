@@ -14,7 +14,7 @@ use super::verdict::{SendProgress, Thresholds, Verdict};
 /// sock_diag figures every tick (cheap for the few sockets it concerns).
 const WATCH_AFTER: Duration = Duration::from_millis(300);
 /// A socket missing from the kernel's map is forgotten once it has been quiet
-/// this long (see [`SocketTable::forget_untracked`]).
+/// this long (see [`SocketTable::untracked`]).
 pub const FORGET_AFTER: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug, Default)]
@@ -130,7 +130,9 @@ impl SocketTable {
             | Observation::FlowCounts { .. }
             | Observation::Owners { .. }
             | Observation::Streams { .. }
-            | Observation::Frames { .. } => {}
+            | Observation::Frames { .. }
+            | Observation::FlowsForgotten { .. } => {}
+            Observation::SocketsGone { at, cookies } => self.apply_gone(at, cookies),
         }
     }
 
@@ -232,20 +234,31 @@ impl SocketTable {
         out
     }
 
-    /// Marks closed the sockets the kernel no longer tracks (`kernel`: the
-    /// cookies its socket map holds), so the next tick reports and forgets
-    /// them. Their destroy event was lost (a full ring buffer) or the LRU map
+    /// The sockets the kernel no longer tracks (`kernel`: the cookies its
+    /// socket map holds), to be closed (`Observation::SocketsGone`) so the next
+    /// tick reports and forgets them. Their destroy event was lost (a full ring buffer) or the LRU map
     /// evicted them; without this they would stay in the table for good. Only
     /// sockets quiet for [`FORGET_AFTER`] and with no send in flight: a socket
     /// seen a moment ago may not be in a key walk that started before it.
-    pub fn forget_untracked(&mut self, now: Mono, kernel: &std::collections::HashSet<u64>) {
-        for (cookie, s) in self.socks.iter_mut() {
-            if s.closed.is_none()
-                && s.inflight_since.is_none()
-                && now.since(s.last_update) >= FORGET_AFTER
-                && !kernel.contains(cookie)
+    pub fn untracked(&self, now: Mono, kernel: &std::collections::HashSet<u64>) -> Vec<u64> {
+        self.socks
+            .iter()
+            .filter(|(cookie, s)| {
+                s.closed.is_none()
+                    && s.inflight_since.is_none()
+                    && now.since(s.last_update) >= FORGET_AFTER
+                    && !kernel.contains(cookie)
+            })
+            .map(|(cookie, _)| *cookie)
+            .collect()
+    }
+
+    fn apply_gone(&mut self, at: Mono, cookies: Vec<u64>) {
+        for c in cookies {
+            if let Some(s) = self.socks.get_mut(&c)
+                && s.closed.is_none()
             {
-                s.closed = Some(now);
+                s.closed = Some(at);
             }
         }
     }
@@ -421,19 +434,23 @@ mod tests {
     #[test]
     fn a_socket_whose_destroy_was_lost_is_forgotten_once_the_kernel_has_no_entry() {
         let mut t = table(2.0);
+        fn forget(t: &mut SocketTable, at: Mono, kernel: &std::collections::HashSet<u64>) {
+            let cookies = t.untracked(at, kernel);
+            t.apply(Observation::SocketsGone { at, cookies });
+        }
         t.apply(blocked(1, 0.0));
         t.apply(Observation::Sock { at: s(0.0), change: SockChange::Poll, sample: sample(2) });
         assert_eq!(names(&run(&mut t, 0.0, 2.0)), ["socket_stalled"]);
         let kernel: std::collections::HashSet<u64> = [2].into();
         // Too recent: a key walk may have started before the socket was seen.
-        t.forget_untracked(s(10.0), &kernel);
+        forget(&mut t, s(10.0), &kernel);
         assert!(t.tick(s(10.0)).is_empty());
         // Socket 2 is gone from the kernel: forgotten silently (never stalled).
-        t.forget_untracked(s(31.0), &[1].into());
+        forget(&mut t, s(31.0), &[1].into());
         assert!(t.tick(s(31.0)).is_empty());
         assert_eq!(t.len(), 1);
         // Socket 1 goes too: a stalled socket's close is reported.
-        t.forget_untracked(s(40.0), &kernel);
+        forget(&mut t, s(40.0), &kernel);
         assert_eq!(names(&t.tick(s(40.0))), ["socket_closed"]);
         assert!(t.is_empty());
     }

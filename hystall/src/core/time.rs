@@ -55,7 +55,7 @@ impl WallClock {
 
     /// Unix time in nanoseconds of `t`.
     pub fn unix_ns(&self, t: Mono) -> i128 {
-        t.0 as i128 + self.offset_ns
+        (t.0 as i128).saturating_add(self.offset_ns)
     }
 
     /// RFC 3339 UTC with milliseconds, e.g. `2026-12-02T13:04:05.123Z`.

@@ -63,8 +63,18 @@ impl<I: Iterator<Item = Step>> Player<I> {
 
     /// Applies every step at or before `t`; the events of the ticks among them.
     pub fn advance_to(&mut self, t: Mono) -> Vec<super::event::Stamped> {
+        self.advance(t, usize::MAX)
+    }
+
+    /// Like `advance_to`, but at most `limit` steps (a dashboard keeps
+    /// answering keys while a big file plays; the rest comes next time).
+    pub fn advance(&mut self, t: Mono, limit: usize) -> Vec<super::event::Stamped> {
         let mut out = Vec::new();
-        while let Some(s) = self.steps.next_if(|s| step_time(s) <= t) {
+        let mut n = 0;
+        while n < limit
+            && let Some(s) = self.steps.next_if(|s| step_time(s) <= t)
+        {
+            n += 1;
             self.now = self.now.max(step_time(&s));
             match s {
                 Step::Obs(o) => self.model.apply(o),

@@ -25,6 +25,8 @@ pub struct Report {
     /// UDP datagrams not on a QUIC server's flow (no handshake seen, no --port).
     pub unplaced_udp: u64,
     pub gso_split: u64,
+    /// Records whose timestamp jumped a day or more ahead (taken at the last time).
+    pub time_jumps: u64,
     pub servers: Vec<String>,
     pub keylog_entries: usize,
     pub keylog_skipped: usize,
@@ -110,6 +112,13 @@ pub fn text(r: &Report, clock: &WallClock) -> String {
             o,
             "  {} UDP datagrams not on a QUIC server flow (no handshake in the capture: give --port to include them)",
             r.unplaced_udp
+        );
+    }
+    if r.time_jumps > 0 {
+        let _ = writeln!(
+            o,
+            "  {} records with a timestamp a day or more ahead of the one before: taken at that time",
+            r.time_jumps
         );
     }
     if r.gso_split > 0 {
@@ -289,6 +298,10 @@ pub fn verdicts(events: &[Stamped]) -> std::collections::HashMap<u64, Verdict> {
                     recovered: None,
                     targets: Vec::new(),
                 });
+                // Starved again after a recovery: a new episode, from its own start.
+                if v.recovered.is_some() {
+                    v.since = since;
+                }
                 v.confidence = i.confidence.to_owned();
                 v.recovered = None;
                 v.targets = i

@@ -36,6 +36,8 @@ pub const TICK: Duration = Duration::from_millis(200);
 /// The part of a quiet gap that is ticked through: every verdict and close a gap
 /// can bring comes within it (stall timeouts and the QUIC idle time are shorter).
 pub const MAX_GAP: Duration = Duration::from_secs(600);
+/// A record this far ahead of the previous one has a corrupt timestamp.
+pub const MAX_JUMP: Duration = Duration::from_secs(24 * 3600);
 /// Width of the timeline's buckets (report and picture).
 pub const BUCKET: Duration = Duration::from_millis(250);
 /// Buckets kept over all flows (16 bytes each: 64 MiB); past it the picture
@@ -61,6 +63,8 @@ pub struct Summary {
     pub stats: Stats,
     pub error: Option<String>,
     pub series: HashMap<FlowId, Buckets>,
+    /// Records whose time jumped more than MAX_JUMP ahead (taken at the last time).
+    pub time_jumps: u64,
     /// Buckets stored over all series; `series_full` once MAX_BUCKETS is reached.
     pub buckets: usize,
     pub series_full: bool,
@@ -140,14 +144,21 @@ impl<R: Read> Converter<R> {
     }
 
     fn packet(&mut self, p: crate::sources::capture::Packet) {
-        let at = Mono(p.ts).max(self.last);
+        // A record far ahead of the last one is a corrupt timestamp, not a
+        // day-long silence: taken at the last time (and counted), or every
+        // later packet would be pinned to the future.
+        let mut at = Mono(p.ts).max(self.last);
+        if self.last != Mono::ZERO && at.since(self.last) > MAX_JUMP {
+            at = self.last;
+            self.summary.borrow_mut().time_jumps += 1;
+        }
         self.last = at;
         {
             let mut s = self.summary.borrow_mut();
             s.start.get_or_insert(at);
             s.end = Some(at);
         }
-        let next = *self.next_tick.get_or_insert(Mono(at.0 + TICK.as_nanos() as u64));
+        let next = *self.next_tick.get_or_insert(Mono(at.0.saturating_add(TICK.as_nanos() as u64)));
         if at >= next {
             // Every tick up to this packet (a quiet gap is many ticks), but only the
             // first MAX_GAP of a longer gap, then the last tick before the packet: a
@@ -158,12 +169,15 @@ impl<R: Read> Converter<R> {
             let capped = Mono(next.0.saturating_add(MAX_GAP.as_nanos() as u64)).min(last);
             while t <= capped {
                 self.tick(t);
-                t = Mono(t.0 + tick_ns);
+                match t.0.checked_add(tick_ns) {
+                    Some(n) => t = Mono(n),
+                    None => break,
+                }
             }
-            if t <= last {
+            if t <= last && t != capped {
                 self.tick(last);
             }
-            self.next_tick = Some(Mono(last.0 + tick_ns));
+            self.next_tick = Some(Mono(last.0.saturating_add(tick_ns)));
         }
         let bucket = self.bucket(at);
         match p.l4 {
@@ -201,7 +215,12 @@ impl<R: Read> Converter<R> {
             s.series_full = true;
             return;
         }
+        let budget = MAX_BUCKETS - s.buckets;
         let b = s.series.entry(flow).or_default();
+        if b.growth(bucket) > budget {
+            s.series_full = true;
+            return;
+        }
         let before = b.stored();
         let cell = b.at(bucket);
         for &(_, len) in segments {
@@ -243,7 +262,7 @@ impl<R: Read> Converter<R> {
         self.done = true;
         // A last tick at the last packet, so the end of the capture is judged.
         if self.summary.borrow().start.is_some() {
-            self.tick(Mono(self.last.0 + 1));
+            self.tick(Mono(self.last.0.saturating_add(1)));
         }
         let mut s = self.summary.borrow_mut();
         s.error = err.map(|e| e.to_string());

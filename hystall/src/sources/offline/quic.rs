@@ -43,8 +43,9 @@ pub struct Decryptors {
     keylog: Arc<KeyLog>,
     conns: Vec<QConn>,
     by_flow: HashMap<FlowId, usize>,
-    /// Server connection IDs → connection.
+    /// Server connection IDs → connection, and the lengths they come in.
     by_cid: HashMap<Vec<u8>, usize>,
+    cid_lens: std::collections::BTreeSet<u8>,
     /// Server CID lengths seen per server endpoint (mid-capture connections).
     server_cid_len: HashMap<std::net::SocketAddr, u8>,
     pub frame_errors: u64,
@@ -57,6 +58,7 @@ impl Decryptors {
             conns: Vec::new(),
             by_flow: HashMap::new(),
             by_cid: HashMap::new(),
+            cid_lens: Default::default(),
             server_cid_len: HashMap::new(),
             frame_errors: 0,
         }
@@ -68,6 +70,9 @@ impl Decryptors {
         let mut k = (*self.keylog).clone();
         k.merge(more);
         self.keylog = Arc::new(k);
+        for c in &mut self.conns {
+            c.dec.set_keylog(Arc::clone(&self.keylog));
+        }
     }
 
     pub fn keylog(&self) -> &KeyLog {
@@ -129,9 +134,9 @@ impl Decryptors {
                         record(c, at, dir, opened.space, f, &mut learned);
                     }
                     let new = c.frames.stream_bytes[dir as usize] - before;
-                    if new > 0 && c.series.stored() < super::MAX_BUCKETS / 4 {
+                    if new > 0 && c.series.stored() + c.series.growth(bucket) <= super::MAX_BUCKETS / 4 {
                         let cell = &mut c.series.at(bucket)[dir as usize];
-                        *cell = cell.saturating_add(new as u32);
+                        *cell = cell.saturating_add(u32::try_from(new).unwrap_or(u32::MAX));
                     }
                     c.dirty = true;
                 }
@@ -149,6 +154,7 @@ impl Decryptors {
             c.frames.suite = Some(format!("{s:?}"));
         }
         for cid in learned {
+            self.cid_lens.insert(cid.len() as u8);
             self.by_cid.insert(cid, idx);
         }
     }
@@ -170,10 +176,10 @@ impl Decryptors {
         let first = *d.first()?;
         let mut found = None;
         if dir == Dir::C2s && first & 0x80 == 0 {
-            let lens: Vec<u8> = self.by_cid.keys().map(|k| k.len() as u8).collect();
-            found = lens
-                .into_iter()
-                .find_map(|l| d.get(1..1 + usize::from(l)).and_then(|cid| self.by_cid.get(cid)).copied());
+            found = self
+                .cid_lens
+                .iter()
+                .find_map(|&l| d.get(1..1 + usize::from(l)).and_then(|cid| self.by_cid.get(cid)).copied());
         }
         let idx = match found {
             Some(i) => i,
@@ -263,10 +269,10 @@ fn record(c: &mut QConn, at: Mono, dir: Dir, space: Space, f: &Frame<'_>, learne
             if end > prev.unwrap_or(0) && (prev.is_some() || offsets.len() < MAX_STREAMS) {
                 let new = end - prev.unwrap_or(0);
                 offsets.insert(stream_id, end);
-                st.stream_bytes[d] += new;
+                st.stream_bytes[d] = st.stream_bytes[d].saturating_add(new);
                 st.last_stream[d] = Some(at);
                 if dir == Dir::C2s {
-                    st.client_consumed += new;
+                    st.client_consumed = st.client_consumed.saturating_add(new);
                 }
             } else if prev.is_none() && offsets.len() < MAX_STREAMS {
                 offsets.insert(stream_id, end);
@@ -305,7 +311,8 @@ fn record(c: &mut QConn, at: Mono, dir: Dir, space: Space, f: &Frame<'_>, learne
         Frame::ConnectionClose { .. } => st.connection_close[d] += 1,
         Frame::NewConnectionId { cid, .. } if dir == Dir::S2c => learned.push(cid.to_vec()),
         Frame::Crypto { offset, data } if dir == Dir::S2c && space == Space::Handshake && !c.hs_done => {
-            if offset < MAX_HANDSHAKE_BYTES {
+            let held: usize = c.hs.values().map(Vec::len).sum();
+            if offset < MAX_HANDSHAKE_BYTES && held + data.len() <= MAX_HANDSHAKE_BYTES as usize {
                 c.hs.insert(offset, data.to_vec());
             }
             if let Some(max) = server_initial_max_data(&c.hs) {

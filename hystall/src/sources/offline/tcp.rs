@@ -42,17 +42,34 @@ struct Conn {
     acked: u64,
     wscale: [Option<u8>; 2],
     fin: [bool; 2],
-    /// Sequence numbers are tracked relative to the first one seen.
+    /// Sequence numbers are tracked relative to the first one seen, extended
+    /// to 64 bits (a connection moves more than 4 GiB): (last raw, extended).
     base_seq: Option<u32>,
+    seq_ext: (u32, u64),
+    ack_ext: (u32, u64),
     dirty: bool,
+    /// In the table's dirty list.
+    queued: bool,
+    /// The last segment either way.
+    seen: Mono,
 }
+
+type Key = (SocketAddr, SocketAddr);
 
 #[derive(Default)]
 pub struct TcpTable {
-    conns: HashMap<(SocketAddr, SocketAddr), Conn>,
+    conns: HashMap<Key, Conn>,
+    /// Connections with news since the last flush (a flush costs these only).
+    dirty: Vec<Key>,
     next_cookie: u64,
+    last_sweep: Mono,
     pub segments: u64,
 }
+
+/// A connection without a segment for this long has left the capture (a
+/// stalled sender's window probes back off to 120 s at most): it is reported
+/// gone and forgotten, so a long capture's table stays bounded.
+const SILENT: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl TcpTable {
     /// Applies one segment; change events go to `out` at once, polls at `flush`.
@@ -88,9 +105,14 @@ impl TcpTable {
                 wscale: [None, None],
                 fin: [false, false],
                 base_seq: None,
+                seq_ext: (0, 0),
+                ack_ext: (0, 0),
                 dirty: true,
+                queued: false,
+                seen: at,
             }
         });
+        c.seen = at;
         let from_local = src == c.local;
         let side = usize::from(!from_local);
         if s.flags.contains(TcpFlags::SYN) {
@@ -98,7 +120,7 @@ impl TcpTable {
         }
         if from_local {
             let base = *c.base_seq.get_or_insert(s.seq);
-            let end = u64::from(s.seq.wrapping_sub(base)) + s.payload_len as u64;
+            let end = extend(&mut c.seq_ext, s.seq.wrapping_sub(base)) + s.payload_len as u64;
             if end > c.sent && s.payload_len > 0 {
                 c.sent = end;
                 c.sample.send_bytes = end;
@@ -109,7 +131,7 @@ impl TcpTable {
         } else if s.flags.contains(TcpFlags::ACK)
             && let Some(base) = c.base_seq
         {
-            let acked = u64::from(s.ack.wrapping_sub(base));
+            let acked = extend(&mut c.ack_ext, s.ack.wrapping_sub(base));
             // Wrapped past what was sent: an old or foreign ACK.
             if acked > c.acked && acked <= c.sent + 1 {
                 c.acked = acked;
@@ -162,17 +184,40 @@ impl TcpTable {
             c.dirty = false;
         }
         c.isn.get_or_insert(s.seq);
+        if c.dirty && !c.queued {
+            c.queued = true;
+            self.dirty.push(key);
+        }
     }
 
     /// Polls of the sockets that moved since the last flush.
     pub fn flush(&mut self, at: Mono, out: &mut Vec<Observation>) {
-        for c in self.conns.values_mut().filter(|c| c.dirty && c.sample.state != CLOSE) {
-            c.dirty = false;
-            out.push(Observation::Sock { at, change: SockChange::Poll, sample: c.sample.clone() });
+        for key in std::mem::take(&mut self.dirty) {
+            let Some(c) = self.conns.get_mut(&key) else { continue };
+            c.queued = false;
+            if c.dirty && c.sample.state != CLOSE {
+                c.dirty = false;
+                out.push(Observation::Sock { at, change: SockChange::Poll, sample: c.sample.clone() });
+            }
         }
-        // Closed ones were reported; keep the table bounded.
-        self.conns
-            .retain(|_, c| c.sample.state != CLOSE || c.sample.last_send.is_some_and(|t| at.since(t).as_secs() < 60));
+        // Every 10 s: forget closed connections after a minute, and silent
+        // ones (reported gone) after SILENT.
+        if at.since(self.last_sweep).as_secs() < 10 {
+            return;
+        }
+        self.last_sweep = at;
+        self.conns.retain(|_, c| {
+            let quiet = at.since(c.seen);
+            if c.sample.state == CLOSE {
+                return quiet.as_secs() < 60;
+            }
+            if quiet >= SILENT {
+                c.sample.state = CLOSE;
+                out.push(Observation::Sock { at, change: SockChange::Destroyed, sample: c.sample.clone() });
+                return false;
+            }
+            true
+        });
     }
 
     pub fn len(&self) -> usize {
@@ -184,8 +229,32 @@ impl TcpTable {
     }
 }
 
+/// A 32-bit sequence number (relative) extended to 64 bits from the last one
+/// seen: the nearest value, forward or a little back (reordering).
+fn extend(last: &mut (u32, u64), raw: u32) -> u64 {
+    let diff = i64::from(raw.wrapping_sub(last.0) as i32);
+    let ext = last.1.saturating_add_signed(diff);
+    if diff > 0 {
+        *last = (raw, ext);
+    }
+    ext
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sequence_numbers_extend_past_4_gib() {
+        let mut last = (0u32, 0u64);
+        let mut want = 0u64;
+        for _ in 0..5000 {
+            want += 1_000_000;
+            assert_eq!(super::extend(&mut last, want as u32), want);
+        }
+        assert!(want > 1 << 32);
+        // A little back (a retransmission) is not a wrap.
+        assert_eq!(super::extend(&mut last, (want - 1000) as u32), want - 1000);
+    }
+
     use super::*;
     use crate::core::sockets::SocketTable;
     use crate::core::verdict::{Thresholds, Verdict};

@@ -10,7 +10,8 @@ use hystall_common::flow::{SAMPLE_BYTES, size_class};
 
 use crate::cli::PortRange;
 use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
-use crate::core::quic::{Header, LongType, PacketType, Peek, packets};
+use crate::core::quic::crypto::{PacketKeys, Suite, initial_secrets, remove_header_protection};
+use crate::core::quic::{Header, LongType, packets};
 use crate::core::time::Mono;
 
 /// Header samples: the first packets of each flow direction, then one a second
@@ -165,35 +166,46 @@ fn count(c: &mut DirCounters, at: Mono, len: usize) {
     c.first.get_or_insert(at);
 }
 
-/// A client's Initial: a long header of a known version whose type is Initial
-/// and that fills the 1200-byte minimum (a server's Initial is not padded to
-/// it when coalesced... but both are; what tells them apart is that this is the
-/// first packet of the pair: callers only ask for unknown pairs).
+/// A client's first Initial: a long-header Initial of at least 1200 bytes
+/// that opens with the Initial keys derived from its own DCID. A server pads
+/// its Initials to 1200 bytes too, but they are protected with keys from the
+/// client's DCID, not their own: taking one for a client's (a capture that
+/// missed the first packet) would turn the flow around.
 fn is_client_initial(payload: &[u8]) -> bool {
     if payload.len() < 1200 {
         return false;
     }
-    matches!(Peek::of(payload), Peek::Long { .. })
-        && packets(payload, Default::default()).next().is_some_and(|p| {
-            p.is_ok_and(|p| {
-                matches!(p.header, Header::Long(ref h) if h.packet_type == LongType::Initial)
-                    && p.packet_type() == PacketType::Initial
-            })
-        })
+    let Some(Ok(p)) = packets(payload, Default::default()).next() else { return false };
+    let Header::Long(h) = &p.header else { return false };
+    if h.packet_type != LongType::Initial {
+        return false;
+    }
+    let Ok(secrets) = initial_secrets(h.version, h.dcid) else { return false };
+    let Ok(keys) = PacketKeys::from_secret(h.version, Suite::Aes128Gcm, &secrets.client) else { return false };
+    let Some(bytes) = p.offset.checked_add(p.len).and_then(|end| payload.get(p.offset..end)) else { return false };
+    let Some(pn_offset) = h.pn_offset.checked_sub(p.offset) else { return false };
+    let mut buf = bytes.to_vec();
+    let Ok(u) = remove_header_protection(&keys.header, &mut buf, pn_offset, None) else { return false };
+    keys.payload.open(u.pn, &mut buf, u.header_len).is_ok()
 }
 
 /// Splits a GSO super-packet into its segments: all of one size but the last.
-/// The size is the smallest at which every segment starts like the first (the
-/// same header form and, when known, the same DCID). Without a
-/// DCID to check, only sizes of at least 1000 bytes are believed.
+/// The size is the smallest at which every segment starts like the first: the
+/// same header form and the same DCID (or, unknown, the same 4 bytes after the
+/// first). Long headers and anything else are left whole.
 pub fn gso_segments(payload: &[u8], dcid: Option<&[u8]>) -> Vec<(usize, usize)> {
     let Some(&first) = payload.first() else { return vec![(0, 0)] };
-    let cid = dcid.filter(|c| !c.is_empty());
-    let min = if cid.is_some() { 21 } else { 1000 };
+    // Without the DCID, the bytes where one would be (4 at least in practice:
+    // quic-go 4, quinn 8): a short header's DCID repeats in every segment,
+    // while a random match of 4 bytes inside ciphertext does not happen.
+    let guessed = payload.get(1..5).filter(|_| first & 0x80 == 0);
+    let cid = dcid.filter(|c| !c.is_empty()).or(guessed);
+    let Some(cid) = cid else { return vec![(0, payload.len())] };
+    let min = 21;
     let fits = |s: usize| {
         (1..).map(|k| k * s).take_while(|&o| o < payload.len()).all(|o| {
             // The form bit only: the fixed bit may be greased (RFC 9287, quinn does).
-            payload[o] & 0x80 == first & 0x80 && cid.is_none_or(|c| payload.get(o + 1..o + 1 + c.len()) == Some(c))
+            payload[o] & 0x80 == first & 0x80 && payload.get(o + 1..o + 1 + cid.len()) == Some(cid)
         })
     };
     match (min..=MAX_DATAGRAM.min(payload.len().saturating_sub(1))).find(|&s| fits(s)) {
@@ -223,7 +235,22 @@ mod tests {
         // Without the DCID, sizes of 1000+ still split.
         assert_eq!(gso_segments(&p, None).len(), 10);
         // Garbage: one segment, no panic.
-        assert_eq!(gso_segments(&[0x40; 3000][..], None).len(), 3);
+        // Ciphertext-like bytes: nothing repeats, nothing is split.
+        let mut x = 0x2545f4914f6cdd1du64;
+        let noise: Vec<u8> = (0..3000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut short = noise.clone();
+        short[0] = 0x41;
+        assert_eq!(gso_segments(&short, None).len(), 1);
+        let mut long = noise;
+        long[0] = 0xc1;
+        assert_eq!(gso_segments(&long, None).len(), 1);
         assert_eq!(gso_segments(&[0x00, 0xff, 0x13][..], None), vec![(0, 3)]);
         assert_eq!(gso_segments(&[][..], None), vec![(0, 0)]);
     }

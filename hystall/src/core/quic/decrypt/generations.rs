@@ -11,7 +11,7 @@ use super::super::crypto::{Unprotected, remove_header_protection};
 /// Packet-number windows tried past the reconstructed number when a packet
 /// does not open (a capture that dropped packets): 64 windows of a 1-byte
 /// number are 16k packets.
-const MAX_GAP_WINDOWS: u64 = 64;
+pub(super) const MAX_GAP_WINDOWS: u64 = 64;
 
 struct Generation {
     secret: Secret,
@@ -55,6 +55,8 @@ pub(super) struct SpaceKeys {
     next: Option<Generation>,
     /// Key updates followed.
     pub(super) updates: u32,
+    /// Packet-number windows searched past a gap (0 while the keys are a guess).
+    pub(super) gap_windows: u64,
 }
 
 impl SpaceKeys {
@@ -68,6 +70,7 @@ impl SpaceKeys {
             previous: None,
             next: None,
             updates: 0,
+            gap_windows: MAX_GAP_WINDOWS,
         })
     }
 
@@ -90,10 +93,11 @@ impl SpaceKeys {
         // guess is a window short. The truncated bits are right: try the next
         // windows before calling the packet undecryptable, or every later
         // packet would fail too.
+        let gap_windows = self.gap_windows;
         let attempt = |key: &PayloadKey| {
             attempt_pn(key, header.pn).or_else(|e| {
                 let window = 1u64 << (8 * header.pn_len.clamp(1, 4));
-                (1..=MAX_GAP_WINDOWS)
+                (1..=gap_windows)
                     .filter_map(|k| header.pn.checked_add(k * window))
                     .find_map(|pn| attempt_pn(key, pn).ok())
                     .ok_or(e)

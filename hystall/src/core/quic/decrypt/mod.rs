@@ -239,6 +239,17 @@ impl ConnDecryptor {
         stats
     }
 
+    /// A key log with more secrets (a pcapng Decryption Secrets Block read
+    /// after this connection started): its ClientHello's secrets may be there now.
+    pub fn set_keylog(&mut self, keylog: Arc<KeyLog>) {
+        self.keylog = keylog;
+        if self.secrets.is_none()
+            && let Some(random) = &self.client_random
+        {
+            self.secrets = self.keylog.get(random).copied();
+        }
+    }
+
     /// Decrypts one packet of `datagram` (as the header decoder found it).
     pub fn decrypt(&mut self, dir: Direction, packet: &Packet<'_>, datagram: &[u8]) -> Result<Opened, DecryptError> {
         let result = self.decrypt_packet(dir, packet, datagram);
@@ -490,8 +501,12 @@ fn try_open(
     largest: Option<u64>,
     space: Space,
 ) -> Result<(Plain, SpaceKeys), DecryptError> {
+    // Candidate keys (a suite, a version, a key-log entry) get one attempt:
+    // no packet-number gap search, which would multiply the cost of every wrong guess.
     let mut keys = SpaceKeys::new(version, suite, secret).map_err(DecryptError::Unprotect)?;
+    keys.gap_windows = 0;
     let plain = keys.open(bytes, pn_offset, largest).map_err(|e| open_error(e, space))?;
+    keys.gap_windows = generations::MAX_GAP_WINDOWS;
     Ok((plain, keys))
 }
 
