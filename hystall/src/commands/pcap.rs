@@ -53,24 +53,7 @@ pub fn converter(
 }
 
 pub fn options(args: &PcapArgs) -> Result<ModelOptions> {
-    anyhow::ensure!(
-        args.stall_timeout > 0.0 && args.stall_timeout.is_finite(),
-        "--stall-timeout must be a positive number of seconds"
-    );
-    anyhow::ensure!(
-        args.quic_idle > 0.0 && args.quic_idle.is_finite(),
-        "--quic-idle must be a positive number of seconds"
-    );
-    anyhow::ensure!(
-        args.stream_window > 0.0 && args.conn_window > 0.0,
-        "--stream-window and --conn-window must be positive (MiB)"
-    );
-    Ok(ModelOptions {
-        stall_timeout_ms: (args.stall_timeout * 1000.0) as u64,
-        quic_idle_ms: (args.quic_idle * 1000.0) as u64,
-        stream_window: (args.stream_window * 1048576.0) as u64,
-        conn_window: (args.conn_window * 1048576.0) as u64,
-    })
+    super::model_options(args.stall_timeout, args.quic_idle, args.stream_window, args.conn_window)
 }
 
 pub fn run(args: PcapArgs) -> Result<()> {

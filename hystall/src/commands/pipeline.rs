@@ -8,7 +8,6 @@ use anyhow::{Context as _, Result};
 use super::caps::{self, Need};
 use super::lab_side::LabChild;
 use crate::cli::{EnforceArgs, LabSide, PortRange, Selection};
-use crate::core::detector::{DetectorConfig, Windows};
 use crate::core::enforce::{EnforceConfig, Enforcer, Exclude};
 use crate::core::event::{EnforcedInfo, Event};
 use crate::core::event::{Stamped, StartInfo};
@@ -17,7 +16,6 @@ use crate::core::observation::Observation;
 use crate::core::recording::Header as RecHeader;
 use crate::core::time::{Mono, mono_now};
 use crate::core::timeline::ModelOptions;
-use crate::core::verdict::Thresholds;
 use crate::sinks::enforcer::{Executor, syslog};
 use crate::sinks::recorder::Recorder;
 use crate::sources::hysteria_api;
@@ -51,18 +49,7 @@ pub struct Pipeline {
 impl Pipeline {
     /// Validates the options, starts the lab if asked, attaches the probes.
     pub fn start(sel: &Selection, lab: &LabSide, enforce: &EnforceArgs, lab_echo: bool) -> Result<Pipeline> {
-        anyhow::ensure!(
-            sel.stall_timeout > 0.0 && sel.stall_timeout.is_finite(),
-            "--stall-timeout must be a positive number of seconds"
-        );
-        anyhow::ensure!(
-            sel.quic_idle > 0.0 && sel.quic_idle.is_finite(),
-            "--quic-idle must be a positive number of seconds"
-        );
-        anyhow::ensure!(
-            sel.stream_window > 0.0 && sel.conn_window > 0.0,
-            "--stream-window and --conn-window must be positive (MiB)"
-        );
+        let options = super::model_options(sel.stall_timeout, sel.quic_idle, sel.stream_window, sel.conn_window)?;
         // Before anything starts: one line naming each missing capability
         // (with --enforce, its reasons first: they say what enforcing needs).
         let needs: &[&[Need]] =
@@ -78,7 +65,6 @@ impl Pipeline {
         }
         let mode = Mode::from_selection(&sel.pids, &sel.comms, &cgroups)?;
         let enforcer = if enforce.enforce { Some(enforcement(enforce, &mode)?) } else { None };
-        let th = Thresholds { stall_timeout: Duration::from_secs_f64(sel.stall_timeout), ..Thresholds::default() };
         let quic =
             QuicOptions { ports: sel.ports.iter().flat_map(|r| r.ports()).collect(), ifaces: sel.ifaces.clone() };
         let mut live = Live::start(mode.clone(), quic, mono_now()).context("starting the kernel probes")?;
@@ -92,19 +78,11 @@ impl Pipeline {
             comms,
             cgroups,
             all_processes: !mode.filters(),
-            stall_timeout_ms: th.stall_timeout.as_millis() as u64,
+            stall_timeout_ms: options.stall_timeout_ms,
             probes: live.probe_status().to_vec(),
         };
-        let mib = |m: f64| (m * 1048576.0) as u64;
-        let windows = Windows { stream: mib(sel.stream_window), conn: mib(sel.conn_window) };
-        let detector = DetectorConfig { windows, stall_timeout: th.stall_timeout, ..Default::default() };
-        let model = Model::new(th, Duration::from_secs_f64(sel.quic_idle), detector);
-        let options = ModelOptions {
-            stall_timeout_ms: th.stall_timeout.as_millis() as u64,
-            quic_idle_ms: (sel.quic_idle * 1000.0) as u64,
-            stream_window: windows.stream,
-            conn_window: windows.conn,
-        };
+        // The same model a recording of this run replays with.
+        let model = options.model();
         let mut pending = Vec::new();
         live.seed(mono_now(), &mut pending);
         let (api_tx, api) = std::sync::mpsc::channel();

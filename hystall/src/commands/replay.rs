@@ -55,12 +55,7 @@ pub fn open(path: &Path, keylog: Option<&Path>, sel: &Selection) -> Result<Timel
         });
     }
     // Otherwise a capture: judged with the command line's options.
-    let options = ModelOptions {
-        stall_timeout_ms: (sel.stall_timeout * 1000.0) as u64,
-        quic_idle_ms: (sel.quic_idle * 1000.0) as u64,
-        stream_window: (sel.stream_window * 1048576.0) as u64,
-        conn_window: (sel.conn_window * 1048576.0) as u64,
-    };
+    let options = super::model_options(sel.stall_timeout, sel.quic_idle, sel.stream_window, sel.conn_window)?;
     let quic_idle = std::time::Duration::from_millis(options.quic_idle_ms);
     let (conv, summary) = super::pcap::converter(path, keylog, &sel.ports, quic_idle)
         .map_err(|e| anyhow::anyhow!("{}: not a hystall recording, and as a capture: {e:#}", path.display()))?;
