@@ -57,14 +57,18 @@ impl FrameState {
     /// The client has no connection credit left: its stream bytes reached the
     /// server's limit, or it said so with DATA_BLOCKED at the current limit.
     pub fn client_blocked_at_limit(&self) -> Option<u64> {
-        let limit = self.server_max_data?;
-        // Past the known limit means a raise we did not see (a server packet
-        // missing or unopened): the limit is unknown, so nothing is proven.
+        // The limit: the server's (initial_max_data, MAX_DATA frames) or the one
+        // the client names in DATA_BLOCKED, if higher (a raise we did not see).
+        let named = self.data_blocked.map(|(l, _, _)| l);
+        let limit = match (self.server_max_data, named) {
+            (Some(k), Some(n)) => k.max(n),
+            (k, n) => k.or(n)?,
+        };
+        // Past every limit we know of: a raise we did not see, nothing proven.
         if self.client_consumed > limit {
             return None;
         }
-        let named = self.data_blocked.is_some_and(|(l, _, _)| l >= limit);
-        (named || self.client_consumed == limit).then_some(limit)
+        (named == Some(limit) || self.client_consumed == limit).then_some(limit)
     }
 
     /// Client packets that are not stream data (ACKs, DATAGRAM frames) after `t`.
@@ -101,4 +105,28 @@ pub struct FrameEvidence {
     pub server_datagrams: u64,
     pub reset_stream: u64,
     pub stop_sending: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocked_at_the_limit_only_when_the_figures_prove_it() {
+        let st = |consumed: u64, max: Option<u64>, named: Option<u64>| FrameState {
+            client_consumed: consumed,
+            server_max_data: max,
+            data_blocked: named.map(|l| (l, Mono(1), Mono(1))),
+            ..Default::default()
+        };
+        assert_eq!(st(100, Some(100), None).client_blocked_at_limit(), Some(100));
+        assert_eq!(st(90, Some(100), None).client_blocked_at_limit(), None, "credit left");
+        assert_eq!(st(120, Some(100), None).client_blocked_at_limit(), None, "a raise we missed");
+        // The client names a higher limit than we saw raised: it is blocked there.
+        assert_eq!(st(150, Some(100), Some(150)).client_blocked_at_limit(), Some(150));
+        // An old DATA_BLOCKED, then a raise: credit left.
+        assert_eq!(st(120, Some(200), Some(100)).client_blocked_at_limit(), None);
+        assert_eq!(st(100, None, Some(100)).client_blocked_at_limit(), Some(100));
+        assert_eq!(st(100, None, None).client_blocked_at_limit(), None);
+    }
 }
