@@ -87,7 +87,8 @@ pub fn analyse<I: Iterator<Item = crate::core::timeline::Step>>(
 ) -> Report {
     let mut player = Player::new(opts.model(), steps);
     let mut events = Vec::new();
-    let mut flow_conn: HashMap<FlowId, u64> = HashMap::new();
+    // Every connection a 5-tuple carried (a client port can be reused).
+    let mut flow_conn: HashMap<FlowId, Vec<u64>> = HashMap::new();
     let mut conns: HashMap<u64, ConnReport> = HashMap::new();
     let mut next_snap = Mono::ZERO;
     while let Some(at) = player.next_at() {
@@ -105,17 +106,40 @@ pub fn analyse<I: Iterator<Item = crate::core::timeline::Step>>(
         c.verdict = verdicts.remove(&c.conn);
     }
     // Per connection: its flows' series, and what decryption found.
+    let bucket_ns = BUCKET.as_nanos() as u64;
+    let bucket_of = |t: Mono| (t.since(start).as_nanos() as u64 / bucket_ns) as usize;
     for (flow, series) in &s.series {
-        let Some(c) = flow_conn.get(flow).and_then(|id| conns.get_mut(id)) else { continue };
-        for (i, b) in series.iter() {
-            let cell = c.series.at(i);
-            for k in 0..4 {
-                cell[k] = cell[k].saturating_add(b[k]);
+        let ids = flow_conn.get(flow).map(Vec::as_slice).unwrap_or_default();
+        for id in ids {
+            let Some(c) = conns.get_mut(id) else { continue };
+            // A reused 5-tuple: each connection takes the buckets of its own lifetime.
+            let (from, to) = if ids.len() > 1 { (bucket_of(c.first), bucket_of(c.last)) } else { (0, usize::MAX) };
+            for (i, b) in series.iter().filter(|(i, _)| (from..=to).contains(i)) {
+                let cell = c.series.at(i);
+                for k in 0..4 {
+                    cell[k] = cell[k].saturating_add(b[k]);
+                }
             }
         }
     }
     for d in &s.decrypted {
-        let Some(c) = d.flows.iter().find_map(|f| flow_conn.get(f)).and_then(|id| conns.get_mut(id)) else { continue };
+        // The connection (of the flow's) whose lifetime holds the decryptor's traffic.
+        let Some(c) = d
+            .flows
+            .iter()
+            .filter_map(|f| flow_conn.get(f))
+            .flatten()
+            .max_by_key(|id| {
+                conns.get(id).map_or(0, |c| {
+                    let (from, to) = (bucket_of(c.first), bucket_of(c.last));
+                    d.series.iter().filter(|(i, _)| (from..=to).contains(i)).count()
+                })
+            })
+            .copied()
+            .and_then(|id| conns.get_mut(&id))
+        else {
+            continue;
+        };
         // Several decryptors on one connection (a client restarting on one port): the busiest wins.
         if c.decrypt.as_ref().is_some_and(|x| x.opened >= d.stats.opened) {
             continue;
@@ -130,7 +154,6 @@ pub fn analyse<I: Iterator<Item = crate::core::timeline::Step>>(
             key_updates: d.stats.key_updates,
         });
     }
-    let bucket_ns = BUCKET.as_nanos() as u64;
     let quiet_for = Duration::from_millis(opts.stall_timeout_ms);
     for c in conns.values_mut() {
         c.gaps = gaps(&c.series, start, bucket_ns);
@@ -164,12 +187,15 @@ pub fn analyse<I: Iterator<Item = crate::core::timeline::Step>>(
 
 fn snapshot(
     model: &crate::core::model::Model,
-    flow_conn: &mut HashMap<FlowId, u64>,
+    flow_conn: &mut HashMap<FlowId, Vec<u64>>,
     conns: &mut HashMap<u64, ConnReport>,
 ) {
     for c in model.conns.iter().filter(|c| c.opened_reported) {
         for f in &c.flows {
-            flow_conn.insert(*f, c.id);
+            let ids = flow_conn.entry(*f).or_default();
+            if !ids.contains(&c.id) {
+                ids.push(c.id);
+            }
         }
         let info = conn_info(c);
         let r = conns.entry(c.id).or_default();
