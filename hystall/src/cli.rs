@@ -206,16 +206,24 @@ pub struct WatchArgs {
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Play back a recording (`hystall record`) or a capture (pcap/pcapng)
-    /// through the detector instead of watching live, as fast as it reads.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["lab", "enforce"])]
-    pub replay: Option<PathBuf>,
-    /// With --replay of a capture: the TLS key log (SSLKEYLOGFILE) to decrypt it.
-    #[arg(long, value_name = "FILE", requires = "replay")]
-    pub keylog: Option<PathBuf>,
+    #[command(flatten)]
+    pub replay: ReplaySide,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics (docs/METRICS.md).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<std::net::SocketAddr>,
+}
+
+/// `--replay FILE [--keylog KEYS]`: a file instead of the live node (`watch`
+/// plays it as fast as it reads, `top` in recorded time at `--speed`).
+#[derive(Debug, Clone, Args, Default)]
+pub struct ReplaySide {
+    /// Play back a recording (`hystall record`) or a capture (pcap/pcapng)
+    /// through the detector instead of the live node.
+    #[arg(long = "replay", value_name = "FILE", conflicts_with_all = ["lab", "enforce"])]
+    pub file: Option<PathBuf>,
+    /// With --replay of a capture: the TLS key log (SSLKEYLOGFILE) to decrypt it.
+    #[arg(long, value_name = "FILE", requires = "file")]
+    pub keylog: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -255,15 +263,10 @@ pub struct TopArgs {
     /// Quit after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Browse a recording (`hystall record`) or a capture (pcap/pcapng) instead
-    /// of the live node: it plays in capture time, at --speed.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["lab", "enforce"])]
-    pub replay: Option<PathBuf>,
-    /// With --replay of a capture: the TLS key log (SSLKEYLOGFILE) to decrypt it.
-    #[arg(long, value_name = "FILE", requires = "replay")]
-    pub keylog: Option<PathBuf>,
+    #[command(flatten)]
+    pub replay: ReplaySide,
     /// With --replay: playback speed (1 = as recorded; 0 = jump to the end).
-    #[arg(long, value_name = "X", default_value_t = 1.0, requires = "replay")]
+    #[arg(long, value_name = "X", default_value_t = 1.0, requires = "file")]
     pub speed: f64,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics (docs/METRICS.md).
     #[arg(long, value_name = "ADDR:PORT")]

@@ -243,14 +243,7 @@ fn gaps(series: &Series<[u32; 4]>, start: Mono, bucket_ns: u64) -> Vec<(Mono, f6
 
 fn json(out: &mut impl std::io::Write, r: &Report, opts: &ModelOptions) -> std::io::Result<()> {
     let mut lines = Lines::new(&mut *out, Format::Json, CAPTURE_CLOCK);
-    let start = StartInfo {
-        pids: Vec::new(),
-        comms: Vec::new(),
-        cgroups: Vec::new(),
-        all_processes: true,
-        stall_timeout_ms: opts.stall_timeout_ms,
-        probes: Vec::new(),
-    };
+    let start = StartInfo::offline(opts.stall_timeout_ms, Vec::new(), Vec::new(), Vec::new());
     lines.emit(&Stamped { at: r.start, event: Event::WatchStarted(start) })?;
     for e in &r.events {
         lines.emit(e)?;

@@ -118,6 +118,7 @@ impl Pipeline {
             options: self.options.clone(),
             pids: self.start.pids.clone(),
             comms: self.start.comms.clone(),
+            cgroups: self.start.cgroups.clone(),
             part: 0,
         };
         self.recorder = Some(Recorder::create(path, header, max_bytes, keep)?);

@@ -14,8 +14,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         enforce: EnforceArgs::default(),
         json: args.json,
         duration: args.duration,
-        replay: None,
-        keylog: None,
+        replay: Default::default(),
         metrics: None,
     };
     run_live(watch, Some(to)).await

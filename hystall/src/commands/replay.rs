@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use super::watch::emit;
 use crate::cli::Selection;
 use crate::core::event::{Event, Stamped, StartInfo};
 use crate::core::time::WallClock;
@@ -33,14 +34,7 @@ pub fn open(path: &Path, keylog: Option<&Path>, sel: &Selection) -> Result<Timel
             title: format!("replay of {} (node {}, part {})", name, h.node, h.part),
             wall: WallClock::fixed(h.wall_offset_ns),
             options: h.options.clone(),
-            start: StartInfo {
-                pids: h.pids.clone(),
-                comms: h.comms.clone(),
-                cgroups: Vec::new(),
-                all_processes: h.pids.is_empty() && h.comms.is_empty(),
-                stall_timeout_ms: h.options.stall_timeout_ms,
-                probes: Vec::new(),
-            },
+            start: StartInfo::offline(h.options.stall_timeout_ms, h.pids.clone(), h.comms.clone(), h.cgroups.clone()),
             steps: rec.steps,
             warnings: Box::new(move || {
                 let mut w = Vec::new();
@@ -64,14 +58,7 @@ pub fn open(path: &Path, keylog: Option<&Path>, sel: &Selection) -> Result<Timel
         title: format!("capture {name}"),
         wall: super::pcap::CAPTURE_CLOCK,
         options: options.clone(),
-        start: StartInfo {
-            pids: Vec::new(),
-            comms: Vec::new(),
-            cgroups: Vec::new(),
-            all_processes: true,
-            stall_timeout_ms: options.stall_timeout_ms,
-            probes: Vec::new(),
-        },
+        start: StartInfo::offline(options.stall_timeout_ms, Vec::new(), Vec::new(), Vec::new()),
         steps: Box::new(conv),
         warnings: Box::new(move || {
             let s = summary.borrow();
@@ -95,13 +82,6 @@ pub fn watch(path: &Path, keylog: Option<&Path>, sel: &Selection, json: bool) ->
     let mut out = Lines::new(std::io::stdout().lock(), format, t.wall);
     let mut player = Player::new(t.options.model(), t.steps);
     let first = player.start.unwrap_or_default();
-    let emit = |out: &mut Lines<_>, e: &Stamped| -> Result<bool> {
-        match out.emit(e) {
-            Ok(()) => Ok(false),
-            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(true),
-            Err(err) => Err(err.into()),
-        }
-    };
     if emit(&mut out, &Stamped { at: first, event: Event::WatchStarted(t.start.clone()) })? {
         return Ok(());
     }

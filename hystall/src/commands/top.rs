@@ -130,13 +130,13 @@ pub async fn run(args: TopArgs) -> Result<()> {
     let mut int_sig = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut metrics = Metrics::start(args.metrics)?;
     // Probes (or the file) first: their errors are printed on a normal terminal.
-    let (mut feed, clock) = match &args.replay {
+    let (mut feed, clock) = match &args.replay.file {
         None => {
             (Feed::Live(Box::new(Pipeline::start(&args.select, &args.lab, &args.enforce, false)?)), WallClock::now())
         }
         Some(file) => {
             anyhow::ensure!(args.speed >= 0.0 && args.speed.is_finite(), "--speed must be 0 or more");
-            let t = super::replay::open(file, args.keylog.as_deref(), &args.select)?;
+            let t = super::replay::open(file, args.replay.keylog.as_deref(), &args.select)?;
             let player = Player::new(t.options.model(), t.steps);
             let feed = ReplayFeed {
                 player,

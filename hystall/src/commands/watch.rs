@@ -13,8 +13,8 @@ use crate::core::time::{WallClock, mono_now};
 use crate::sinks::lines::{Format, Lines};
 
 pub async fn run(args: WatchArgs) -> Result<()> {
-    if let Some(file) = &args.replay {
-        return super::replay::watch(file, args.keylog.as_deref(), &args.select, args.json);
+    if let Some(file) = &args.replay.file {
+        return super::replay::watch(file, args.replay.keylog.as_deref(), &args.select, args.json);
     }
     run_live(args, None).await
 }
@@ -81,7 +81,7 @@ fn finish(p: &mut Pipeline, record: &Option<RecordTo<'_>>) -> Result<()> {
 }
 
 /// Writes an event; returns true when stdout is gone (a closed pipe ends the run quietly).
-fn emit<W: std::io::Write>(out: &mut Lines<W>, e: &Stamped) -> Result<bool> {
+pub(super) fn emit<W: std::io::Write>(out: &mut Lines<W>, e: &Stamped) -> Result<bool> {
     match out.emit(e) {
         Ok(()) => Ok(false),
         Err(err) if err.kind() == ErrorKind::BrokenPipe => Ok(true),

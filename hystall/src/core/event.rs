@@ -85,6 +85,15 @@ pub struct StartInfo {
     pub probes: Vec<ProbeStatus>,
 }
 
+impl StartInfo {
+    /// A run played from a file (a capture, or a recording of these selections):
+    /// no probes; every process unless the recording says which.
+    pub fn offline(stall_timeout_ms: u64, pids: Vec<u32>, comms: Vec<String>, cgroups: Vec<String>) -> StartInfo {
+        let all_processes = pids.is_empty() && comms.is_empty() && cgroups.is_empty();
+        StartInfo { pids, comms, cgroups, all_processes, stall_timeout_ms, probes: Vec::new() }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ProbeStatus {
     pub name: String,

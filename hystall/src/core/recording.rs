@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::timeline::{ModelOptions, Step};
 
 pub const MAGIC: &[u8; 8] = b"HYSTREC\n";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// No frame is this big (a FlowCounts of 100k flows is ~6 MB): a larger length is corruption.
 pub const MAX_FRAME: usize = 64 << 20;
 
@@ -33,6 +33,7 @@ pub struct Header {
     /// Processes watched (for the report).
     pub pids: Vec<u32>,
     pub comms: Vec<String>,
+    pub cgroups: Vec<String>,
     /// 0 for the first file of a run, then 1, 2, ... after each rotation.
     pub part: u32,
 }
@@ -153,6 +154,7 @@ fn placeholder() -> Header {
         options: ModelOptions { stall_timeout_ms: 0, quic_idle_ms: 0, stream_window: 0, conn_window: 0 },
         pids: Vec::new(),
         comms: Vec::new(),
+        cgroups: Vec::new(),
         part: 0,
     }
 }
@@ -190,6 +192,7 @@ mod tests {
             },
             pids: vec![7],
             comms: vec!["sing-box".into()],
+            cgroups: vec![],
             part: 0,
         }
     }

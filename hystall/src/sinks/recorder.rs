@@ -141,6 +141,7 @@ mod tests {
             options: options.clone(),
             pids: vec![],
             comms: vec![],
+            cgroups: vec![],
             part: 0,
         };
         let model = options.model();

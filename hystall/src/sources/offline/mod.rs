@@ -183,9 +183,8 @@ impl<R: Read> Converter<R> {
         match p.l4 {
             L4::Udp { payload, orig_len, .. } => {
                 let dec = &self.dec;
-                let first = payload.clone();
                 let placed = self.udp.place(at, p.src, p.dst, &payload, orig_len, |flow, dir| {
-                    dec.as_ref().and_then(|d| d.dcid_for(flow, dir, &first))
+                    dec.as_ref().and_then(|d| d.dcid_for(flow, dir, &payload))
                 });
                 let Some(placed) = placed else { return };
                 if let Some(sample) = placed.sample {
@@ -234,11 +233,11 @@ impl<R: Read> Converter<R> {
 
     /// What a live tick does: poll the flow counters and sockets, then judge.
     fn tick(&mut self, t: Mono) {
-        let servers: Vec<u16> = self.udp.servers().map(|a| a.port()).collect();
-        if servers.len() != self.owners_sent {
-            self.owners_sent = servers.len();
+        let known = self.udp.servers_len();
+        if known != self.owners_sent {
+            self.owners_sent = known;
             // No process is known in a capture: one owner (pid 0) for every server port.
-            let ports = servers.into_iter().map(|p| (p, 0)).collect();
+            let ports = self.udp.servers().map(|a| (a.port(), 0)).collect();
             self.queue.push_back(Step::Obs(Observation::Owners { at: t, ports }));
         }
         let since = Mono(t.0.saturating_sub((self.quic_idle + Duration::from_secs(5)).as_nanos() as u64));

@@ -248,6 +248,10 @@ pub struct Decrypted {
 
 /// The DCID of a datagram's first packet, if it is an Initial.
 fn initial_dcid(d: &[u8]) -> Option<&[u8]> {
+    // Short headers (nearly every packet) need no decoding to say no.
+    if d.first()? & 0x80 == 0 {
+        return None;
+    }
     match packets(d, DecodeOptions::default()).next()?.ok()?.header {
         Header::Long(h) if h.packet_type == LongType::Initial => Some(h.dcid),
         _ => None,

@@ -84,6 +84,10 @@ impl UdpFlows {
         self.servers.iter()
     }
 
+    pub fn servers_len(&self) -> usize {
+        self.servers.len()
+    }
+
     /// Places one datagram (`orig_len` as the wire carried it); `None` when it
     /// is not on a QUIC server's flow. `dcid` gives the connection's short-header
     /// DCID for this direction when known, to find GSO segment boundaries.
