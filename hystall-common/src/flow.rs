@@ -50,7 +50,11 @@ pub struct DirStats {
     pub last_ns: [u64; 3],
     pub first_ns: u64,
     pub last_sample_ns: u64,
-    pub samples: u64,
+    /// Samples sent so far (saturating).
+    pub samples: u32,
+    /// [`cid_word`] of the last sampled packet: a client that moves to a new
+    /// connection ID is sampled at once, not up to a second later.
+    pub sampled_cid: u32,
 }
 
 #[repr(C)]
@@ -78,6 +82,38 @@ pub struct FlowSample {
     pub caplen: u32,
     pub _pad: u32,
     pub bytes: [u8; SAMPLE_BYTES],
+}
+
+/// Header sampling, one policy for the kernel program and the capture reader:
+/// the first packets of each flow direction, then one a second; long headers
+/// (handshakes are short) one per 50 ms; and a client short header whose first
+/// connection-ID bytes differ from the last sample's one per 250 ms. QUIC
+/// clients move to a new connection ID right after the handshake (quic-go) and
+/// now and then later; a port hop after such a move can only be joined to its
+/// connection if the new ID was seen on the old path. Obfuscated flows (random
+/// bytes) differ every packet and so cost 4 samples a second instead of 1.
+pub mod sampling {
+    pub const FIRST: u32 = 8;
+    pub const EVERY_NS: u64 = 1_000_000_000;
+    pub const LONG_EVERY_NS: u64 = 50_000_000;
+    pub const CID_CHANGE_EVERY_NS: u64 = 250_000_000;
+
+    /// Whether to sample a packet, `since_ns` after the direction's last sample.
+    #[inline(always)]
+    pub fn want(samples: u32, since_ns: u64, long: bool, cid_changed: bool) -> bool {
+        samples < FIRST
+            || since_ns >= EVERY_NS
+            || (long && since_ns >= LONG_EVERY_NS)
+            || (cid_changed && since_ns >= CID_CHANGE_EVERY_NS)
+    }
+
+    /// The first four bytes after the first byte of a client → server short
+    /// header (the start of the DCID; zero for anything else). `head` is the
+    /// payload's first five bytes.
+    #[inline(always)]
+    pub fn cid_word(c2s: bool, head: [u8; 5]) -> u32 {
+        if c2s && head[0] & 0x80 == 0 { u32::from_ne_bytes([head[1], head[2], head[3], head[4]]) } else { 0 }
+    }
 }
 
 /// The size class of a payload of `len` bytes.

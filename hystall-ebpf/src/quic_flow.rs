@@ -21,7 +21,7 @@ use aya_ebpf::{
 };
 use hystall_common::{
     AF_INET, AF_INET6, DIR_C2S, DIR_S2C, FlowKey, FlowSample, FlowStats, MAX_FLOWS, MAX_IFACES, MAX_PORTS,
-    SAMPLE_BYTES, SAMPLES_RING_BYTES, counter, size_class,
+    SAMPLE_BYTES, SAMPLES_RING_BYTES, counter, sampling, size_class,
 };
 
 use crate::maps::{bump, now_ns};
@@ -47,11 +47,6 @@ static FLOW_SCRATCH: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(1, 0
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
 const IPPROTO_UDP: u8 = 17;
-/// Header samples: the first packets of each flow direction, then at most one
-/// per this interval (long headers: a shorter one, handshakes are short).
-const SAMPLE_FIRST: u64 = 8;
-const SAMPLE_EVERY_NS: u64 = 1_000_000_000;
-const SAMPLE_LONG_EVERY_NS: u64 = 50_000_000;
 
 /// TCX_NEXT / TC_ACT_UNSPEC: let the next program decide.
 const NEXT: i32 = -1;
@@ -126,14 +121,16 @@ fn try_flow(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
         d.first_ns = now;
     }
 
-    // Sample the header?
-    let first: u8 = rd(ctx, p.payload_off).unwrap_or(0);
-    let long = first & 0x80 != 0;
+    // Sample the header? (One load of the first five bytes; a shorter
+    // payload falls back to its first byte.)
+    let head: [u8; 5] = rd(ctx, p.payload_off).unwrap_or_else(|_| [rd(ctx, p.payload_off).unwrap_or(0), 0, 0, 0, 0]);
+    let long = head[0] & 0x80 != 0;
+    let cid = sampling::cid_word(p.dir == DIR_C2S, head);
     let since = now.saturating_sub(d.last_sample_ns);
-    let want = d.samples < SAMPLE_FIRST || since >= SAMPLE_EVERY_NS || (long && since >= SAMPLE_LONG_EVERY_NS);
-    if want {
-        d.samples += 1;
+    if sampling::want(d.samples, since, long, cid != d.sampled_cid) {
+        d.samples = d.samples.saturating_add(1);
         d.last_sample_ns = now;
+        d.sampled_cid = cid;
         sample(ctx, &p, now, ifindex, segs, seg_len);
     }
     Ok(())

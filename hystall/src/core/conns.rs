@@ -20,9 +20,8 @@ use super::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
 use super::quic::{ConnectionId, Peek, common_prefix};
 use super::time::Mono;
 
-/// Short-header samples kept per flow to estimate the DCID length.
-const PREFIX_SAMPLES: usize = 6;
-/// Samples needed before a prefix estimate is trusted.
+/// Consecutive short-header samples of a flow that must share a prefix before
+/// it is taken for the DCID (only the last ones are kept).
 const PREFIX_MIN: usize = 3;
 /// Rates are averaged over this long.
 const RATE_WINDOW: Duration = Duration::from_secs(5);
@@ -67,6 +66,12 @@ pub struct Conn {
     folded: (DirCounters, DirCounters),
     /// Client addresses of those paths that no remaining flow has.
     folded_clients: usize,
+    /// Length of the server's connection IDs for this connection: from its
+    /// handshake SCIDs, else estimated once from the client's short headers.
+    /// Kept here, not only per server address: with DNAT before TC the server's
+    /// packets show the hop port and the client's the real one, and a client
+    /// that moves to a new DCID must be read with the length already known.
+    cid_len: Option<usize>,
     /// Recent (time, c2s, s2c) sums, for rates over a few seconds.
     history: std::collections::VecDeque<(Mono, DirCounters, DirCounters)>,
 }
@@ -231,6 +236,7 @@ impl ConnTable {
                 frames: None,
                 folded: Default::default(),
                 folded_clients: 0,
+                cid_len: None,
                 history: Default::default(),
             },
         );
@@ -264,25 +270,34 @@ impl ConnTable {
             st.obfuscated = true;
         }
         let obfuscated = st.obfuscated;
+        let conn_cid_len = self.conns.get(&conn_id).and_then(|c| c.cid_len);
         let mut learned_dcid = None;
+        let mut learned_len = None;
         match (&peek, s.dir) {
             // The server's SCID is what clients put in short headers.
             (Peek::Long { scid, .. }, Dir::S2c) if !obfuscated && !scid.is_empty() => {
                 self.cid_len.insert(s.flow.server, scid.len());
+                learned_len = Some(scid.len());
                 learned_dcid = Some(*scid);
             }
             (Peek::Short { .. }, Dir::C2s) if !obfuscated && s.bytes.len() > 1 => {
-                let rest = s.bytes[1..].to_vec();
-                if let Some(len) = self.cid_len.get(&s.flow.server).copied() {
+                let rest = &s.bytes[1..];
+                if let Some(len) = conn_cid_len.or_else(|| self.cid_len.get(&s.flow.server).copied()) {
+                    learned_len = Some(len);
                     learned_dcid = rest.get(..len).and_then(ConnectionId::new).filter(|c| !c.is_empty());
                 } else {
-                    if st.prefixes.len() < PREFIX_SAMPLES {
-                        st.prefixes.push(rest.clone());
+                    // The last few samples only: a client that moved to a new
+                    // DCID between two of them spoils the estimate for a while,
+                    // not for good.
+                    if st.prefixes.len() == PREFIX_MIN {
+                        st.prefixes.remove(0);
                     }
-                    if st.prefixes.len() >= PREFIX_MIN {
+                    st.prefixes.push(rest.to_vec());
+                    if st.prefixes.len() == PREFIX_MIN {
                         let len = st.prefixes.windows(2).map(|w| common_prefix(&w[0], &w[1])).min().unwrap_or(0);
                         let len = len.min(super::quic::MAX_CID_LEN);
                         if len > 0 {
+                            learned_len = Some(len);
                             learned_dcid = rest.get(..len).and_then(ConnectionId::new);
                         }
                     }
@@ -296,10 +311,19 @@ impl ConnTable {
             c.grouping = Grouping::Obfuscated;
             return;
         }
+        if learned_len.is_some() {
+            c.cid_len = learned_len;
+        }
         if let Some(d) = learned_dcid
             && c.dcid != Some(d)
         {
-            c.dcid = Some(d);
+            // The client retired the old ID: only the current one names the
+            // connection (and the index stays one entry per connection).
+            if let Some(old) = c.dcid.replace(d)
+                && self.by_dcid.get(&old) == Some(&conn_id)
+            {
+                self.by_dcid.remove(&old);
+            }
             c.grouping = Grouping::Dcid;
             self.by_dcid.insert(d, conn_id);
         }
@@ -603,6 +627,48 @@ mod tests {
         let b = flow(40001, 443);
         t.sample(s(5.0), &sample(b, Dir::C2s, short(&dcid, 99)));
         assert_eq!(t.conn_of(&b), Some(id), "rebinding joins by DCID");
+    }
+
+    #[test]
+    fn a_client_that_moves_to_a_new_dcid_after_the_handshake_still_hops_into_its_connection() {
+        // quic-go moves to a fresh server-issued DCID right after the handshake.
+        // With DNAT before TC (the test lab's port hopping), the server's
+        // packets show the hop port the client dialled and the client's the
+        // real one: the CID length learned from the handshake must serve both.
+        let mut t = ConnTable::default();
+        let (first, next) = ([0x5f, 0x5f, 0x08, 0x34], [0xe7, 0xf8, 0x67, 0x02]);
+        let c2s = flow(36536, 20000);
+        let s2c = flow(36536, 20010);
+        t.sample(s(0.0), &sample(c2s, Dir::C2s, vec![0xc0, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0]));
+        t.sample(s(0.01), &sample(s2c, Dir::S2c, server_long(&first)));
+        let id = t.conn_of(&c2s).unwrap();
+        assert_eq!(t.conn_of(&s2c), Some(id));
+        t.sample(s(0.02), &sample(c2s, Dir::C2s, short(&first, 1)));
+        t.sample(s(0.03), &sample(c2s, Dir::C2s, short(&next, 2)));
+        assert_eq!(t.get(id).unwrap().dcid.unwrap().as_bytes(), &next);
+        // The hop five seconds later carries the new ID.
+        let hop = flow(47895, 20000);
+        t.sample(s(5.0), &sample(hop, Dir::C2s, short(&next, 3)));
+        assert_eq!(t.conn_of(&hop), Some(id));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.by_dcid.len(), 1, "the retired ID names nothing");
+    }
+
+    #[test]
+    fn a_dcid_change_between_prefix_samples_delays_the_estimate_but_does_not_spoil_it() {
+        let mut t = ConnTable::default();
+        let (old, new) = ([1u8, 2, 3, 4, 5, 6, 7, 8], [9u8, 10, 11, 12, 13, 14, 15, 16]);
+        let a = flow(40000, 443);
+        t.sample(s(0.0), &sample(a, Dir::C2s, short(&old, 17)));
+        for pn in 1..=3 {
+            t.sample(s(pn as f64), &sample(a, Dir::C2s, short(&new, pn * 29)));
+        }
+        let id = t.conn_of(&a).unwrap();
+        assert_eq!(t.get(id).unwrap().dcid.unwrap().as_bytes(), &new);
+        // The length is now the connection's: a later move is read at once.
+        let newer = [0xaa; 8];
+        t.sample(s(4.0), &sample(a, Dir::C2s, short(&newer, 5)));
+        assert_eq!(t.get(id).unwrap().dcid.unwrap().as_bytes(), &newer);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
-use hystall_common::flow::{SAMPLE_BYTES, size_class};
+use hystall_common::flow::{SAMPLE_BYTES, sampling, size_class};
 
 use crate::cli::PortRange;
 use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
@@ -14,11 +14,6 @@ use crate::core::quic::crypto::{PacketKeys, Suite, initial_secrets, remove_heade
 use crate::core::quic::{Header, LongType, packets};
 use crate::core::time::Mono;
 
-/// Header samples: the first packets of each flow direction, then one a second
-/// (long headers: one per 50 ms), as the kernel program samples.
-const SAMPLE_FIRST: u32 = 8;
-const SAMPLE_EVERY_NS: u64 = 1_000_000_000;
-const SAMPLE_LONG_EVERY_NS: u64 = 50_000_000;
 /// No single QUIC datagram is larger (path MTUs are at most 1500 bytes on the
 /// Internet): a larger one is a GSO/GRO super-packet, captured before the NIC
 /// or the kernel cut it into segments.
@@ -28,6 +23,7 @@ pub const MAX_DATAGRAM: usize = 1500;
 struct DirState {
     samples: u32,
     last_sample: u64,
+    sampled_cid: u32,
 }
 
 #[derive(Default)]
@@ -135,21 +131,26 @@ impl UdpFlows {
             count(c, at, len);
         }
         let d = &mut st.dirs[dir as usize];
-        let long = payload.first().is_some_and(|b| b & 0x80 != 0);
+        // The kernel program's policy (hystall_common::flow::sampling).
+        let mut head = [0u8; 5];
+        let n = payload.len().min(5);
+        head[..n].copy_from_slice(&payload[..n]);
+        let long = head[0] & 0x80 != 0;
+        let cid = sampling::cid_word(dir == Dir::C2s, head);
         let since = at.0.saturating_sub(d.last_sample);
-        let sample = (d.samples < SAMPLE_FIRST || since >= SAMPLE_EVERY_NS || (long && since >= SAMPLE_LONG_EVERY_NS))
-            .then(|| {
-                d.samples += 1;
-                d.last_sample = at.0;
-                let first = segments.first().map_or(payload.len(), |s| s.1).min(payload.len());
-                HeaderSample {
-                    flow,
-                    dir,
-                    payload_len: first as u32,
-                    segs: segments.len() as u32,
-                    bytes: payload[..first.min(SAMPLE_BYTES)].to_vec(),
-                }
-            });
+        let sample = sampling::want(d.samples, since, long, cid != d.sampled_cid).then(|| {
+            d.samples = d.samples.saturating_add(1);
+            d.last_sample = at.0;
+            d.sampled_cid = cid;
+            let first = segments.first().map_or(payload.len(), |s| s.1).min(payload.len());
+            HeaderSample {
+                flow,
+                dir,
+                payload_len: first as u32,
+                segs: segments.len() as u32,
+                bytes: payload[..first.min(SAMPLE_BYTES)].to_vec(),
+            }
+        });
         Some(Placed { flow, dir, segments, sample })
     }
 
