@@ -49,12 +49,7 @@ pub struct DirStats {
     /// Last packet of each size class.
     pub last_ns: [u64; 3],
     pub first_ns: u64,
-    pub last_sample_ns: u64,
-    /// Samples sent so far (saturating).
-    pub samples: u32,
-    /// [`cid_word`] of the last sampled packet: a client that moves to a new
-    /// connection ID is sampled at once, not up to a second later.
-    pub sampled_cid: u32,
+    pub sampling: sampling::State,
 }
 
 #[repr(C)]
@@ -98,21 +93,37 @@ pub mod sampling {
     pub const LONG_EVERY_NS: u64 = 50_000_000;
     pub const CID_CHANGE_EVERY_NS: u64 = 250_000_000;
 
-    /// Whether to sample a packet, `since_ns` after the direction's last sample.
-    #[inline(always)]
-    pub fn want(samples: u32, since_ns: u64, long: bool, cid_changed: bool) -> bool {
-        samples < FIRST
-            || since_ns >= EVERY_NS
-            || (long && since_ns >= LONG_EVERY_NS)
-            || (cid_changed && since_ns >= CID_CHANGE_EVERY_NS)
+    /// Sampling state of one flow direction.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct State {
+        pub last_ns: u64,
+        /// Samples taken so far (saturating).
+        pub taken: u32,
+        /// The first four DCID bytes of the last sampled client short header
+        /// (zero for anything else).
+        pub cid: u32,
     }
 
-    /// The first four bytes after the first byte of a client → server short
-    /// header (the start of the DCID; zero for anything else). `head` is the
-    /// payload's first five bytes.
-    #[inline(always)]
-    pub fn cid_word(c2s: bool, head: [u8; 5]) -> u32 {
-        if c2s && head[0] & 0x80 == 0 { u32::from_ne_bytes([head[1], head[2], head[3], head[4]]) } else { 0 }
+    impl State {
+        /// Whether to sample the packet seen at `now_ns` whose payload starts
+        /// with `head` (zero-padded when shorter); if so, counts it.
+        #[inline(always)]
+        pub fn take(&mut self, now_ns: u64, head: [u8; 5], c2s: bool) -> bool {
+            let long = head[0] & 0x80 != 0;
+            let cid = if c2s && !long { u32::from_ne_bytes([head[1], head[2], head[3], head[4]]) } else { 0 };
+            let since = now_ns.saturating_sub(self.last_ns);
+            let want = self.taken < FIRST
+                || since >= EVERY_NS
+                || (long && since >= LONG_EVERY_NS)
+                || (cid != self.cid && since >= CID_CHANGE_EVERY_NS);
+            if want {
+                self.taken = self.taken.saturating_add(1);
+                self.last_ns = now_ns;
+                self.cid = cid;
+            }
+            want
+        }
     }
 }
 

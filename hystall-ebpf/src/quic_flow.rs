@@ -21,7 +21,7 @@ use aya_ebpf::{
 };
 use hystall_common::{
     AF_INET, AF_INET6, DIR_C2S, DIR_S2C, FlowKey, FlowSample, FlowStats, MAX_FLOWS, MAX_IFACES, MAX_PORTS,
-    SAMPLE_BYTES, SAMPLES_RING_BYTES, counter, sampling, size_class,
+    SAMPLE_BYTES, SAMPLES_RING_BYTES, counter, size_class,
 };
 
 use crate::maps::{bump, now_ns};
@@ -124,13 +124,7 @@ fn try_flow(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     // Sample the header? (One load of the first five bytes; a shorter
     // payload falls back to its first byte.)
     let head: [u8; 5] = rd(ctx, p.payload_off).unwrap_or_else(|_| [rd(ctx, p.payload_off).unwrap_or(0), 0, 0, 0, 0]);
-    let long = head[0] & 0x80 != 0;
-    let cid = sampling::cid_word(p.dir == DIR_C2S, head);
-    let since = now.saturating_sub(d.last_sample_ns);
-    if sampling::want(d.samples, since, long, cid != d.sampled_cid) {
-        d.samples = d.samples.saturating_add(1);
-        d.last_sample_ns = now;
-        d.sampled_cid = cid;
+    if d.sampling.take(now, head, p.dir == DIR_C2S) {
         sample(ctx, &p, now, ifindex, segs, seg_len);
     }
     Ok(())

@@ -20,16 +20,9 @@ use crate::core::time::Mono;
 pub const MAX_DATAGRAM: usize = 1500;
 
 #[derive(Default)]
-struct DirState {
-    samples: u32,
-    last_sample: u64,
-    sampled_cid: u32,
-}
-
-#[derive(Default)]
 pub struct FlowState {
     pub counters: FlowCounters,
-    dirs: [DirState; 2],
+    dirs: [sampling::State; 2],
     pub last: Mono,
 }
 
@@ -130,18 +123,11 @@ impl UdpFlows {
         for &(_, len) in &segments {
             count(c, at, len);
         }
-        let d = &mut st.dirs[dir as usize];
         // The kernel program's policy (hystall_common::flow::sampling).
         let mut head = [0u8; 5];
         let n = payload.len().min(5);
         head[..n].copy_from_slice(&payload[..n]);
-        let long = head[0] & 0x80 != 0;
-        let cid = sampling::cid_word(dir == Dir::C2s, head);
-        let since = at.0.saturating_sub(d.last_sample);
-        let sample = sampling::want(d.samples, since, long, cid != d.sampled_cid).then(|| {
-            d.samples = d.samples.saturating_add(1);
-            d.last_sample = at.0;
-            d.sampled_cid = cid;
+        let sample = st.dirs[dir as usize].take(at.0, head, dir == Dir::C2s).then(|| {
             let first = segments.first().map_or(payload.len(), |s| s.1).min(payload.len());
             HeaderSample {
                 flow,
