@@ -7,8 +7,10 @@
 
 pub mod config;
 pub mod flow;
+pub mod mark;
 pub mod sock;
 
 pub use config::*;
 pub use flow::*;
+pub use mark::*;
 pub use sock::*;

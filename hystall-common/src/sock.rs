@@ -137,6 +137,8 @@ pub mod counter {
     pub const UNPARSED: u32 = 5;
     /// `FLOWS` insert failures.
     pub const FLOWS_FULL: u32 = 6;
+    /// Byte marks lost (ring buffer full).
+    pub const MARKS_LOST: u32 = 7;
     /// Number of counters.
     pub const LEN: u32 = 8;
 }

@@ -1,13 +1,16 @@
 //! Maps, load-time globals and the helpers every program shares.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
+    },
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use hystall_common::{
-    AF_INET, AF_INET6, EVENTS_RING_BYTES, InflightSend, MAX_INFLIGHT, MAX_PIDS, MAX_SOCKS, SendSyscalls, SockEvent,
-    SockEventKind, SockOffsets, SockStats, TpOffsets, Tuple, counter,
+    AF_INET, AF_INET6, EVENTS_RING_BYTES, FlowKey, InflightSend, MARKS_RING_BYTES, MAX_INFLIGHT, MAX_PIDS, MAX_SOCKS,
+    Mark, SendSyscalls, SockEvent, SockEventKind, SockOffsets, SockStats, TpOffsets, Tuple, counter,
 };
 
 /// Offsets in `struct sock`, from the running kernel's BTF.
@@ -37,11 +40,14 @@ pub static INFLIGHT: LruHashMap<u32, InflightSend> = LruHashMap::with_max_entrie
 /// State-change events for user space.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
-/// Health counters (see `hystall_common::counter`).
+/// Byte marks of client flows and target sockets (`hystall_common::mark`).
+#[map]
+pub static MARKS: RingBuf = RingBuf::with_byte_size(MARKS_RING_BYTES, 0);
 /// Scratch space for a new `SockStats` (too large for the 512-byte BPF stack
 /// once an event is built beside it).
 #[map]
 pub static SCRATCH: PerCpuArray<SockStats> = PerCpuArray::with_max_entries(1, 0);
+/// Health counters (see `hystall_common::counter`).
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::LEN, 0);
 
@@ -145,6 +151,30 @@ pub fn emit(kind: SockEventKind, arg: u32, ts_ns: u64, cookie: u64, stats: *cons
             bump(counter::EVENTS_SENT);
         }
         None => bump(counter::EVENTS_LOST),
+    }
+}
+
+/// Writes a byte mark (a full ring buffer is counted). Rare by construction:
+/// one per `MARK_BYTES` moved.
+#[inline(always)]
+pub fn mark(kind: u32, ts_ns: u64, bytes: u64, cookie: u64, flow: Option<&FlowKey>) {
+    match MARKS.reserve::<Mark>(0) {
+        Some(mut entry) => {
+            let m = entry.as_mut_ptr();
+            unsafe {
+                (*m).kind = kind;
+                (*m).cpu = bpf_get_smp_processor_id();
+                (*m).ts_ns = ts_ns;
+                (*m).bytes = bytes;
+                (*m).cookie = cookie;
+                match flow {
+                    Some(f) => (*m).flow = *f,
+                    None => core::ptr::write_bytes(&raw mut (*m).flow, 0, 1),
+                }
+            }
+            entry.submit(0);
+        }
+        None => bump(counter::MARKS_LOST),
     }
 }
 

@@ -20,11 +20,11 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use hystall_common::{
-    AF_INET, AF_INET6, DIR_C2S, DIR_S2C, FlowKey, FlowSample, FlowStats, MAX_FLOWS, MAX_IFACES, MAX_PORTS,
-    SAMPLE_BYTES, SAMPLES_RING_BYTES, counter, size_class,
+    AF_INET, AF_INET6, DIR_C2S, DIR_S2C, FlowKey, FlowSample, FlowStats, MARK_FLOW, MAX_FLOWS, MAX_IFACES, MAX_PORTS,
+    SAMPLE_BYTES, SAMPLES_RING_BYTES, counter, crossed, size_class,
 };
 
-use crate::maps::{bump, now_ns};
+use crate::maps::{bump, mark, now_ns};
 
 /// Server UDP ports (host order), including port-hopping ranges: 1 = watched.
 /// An array indexed by port, not a hash: the verifier inlines array lookups,
@@ -110,6 +110,11 @@ fn try_flow(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     };
     // Checked indexing (no panic paths: the verifier rejects them).
     let d = unsafe { (*stats).dir.get_mut(p.dir).ok_or(())? };
+    // This CPU's client bytes before the packet, for the byte marks.
+    let before = d.bytes[0] + d.bytes[1] + d.bytes[2];
+    if p.dir == DIR_C2S && crossed(before, before + p.payload_len as u64) {
+        mark(MARK_FLOW, now, before + p.payload_len as u64, 0, Some(&p.key));
+    }
     if let (Some(pk), Some(by), Some(ls)) = (d.packets.get_mut(class), d.bytes.get_mut(class), d.last_ns.get_mut(class))
     {
         *pk += segs as u64;

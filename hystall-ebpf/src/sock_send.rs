@@ -6,10 +6,11 @@
 //! send after the last send that moved all its bytes.
 
 use aya_ebpf::{helpers::generated::bpf_get_socket_cookie, macros::btf_tracepoint, programs::BtfTracePointContext};
-use hystall_common::{SockEventKind, SockStats};
+use hystall_common::{MARK_SEND, SOCK_OUTBOUND, SockEventKind, SockStats, crossed};
 
 use crate::maps::{
-    SOCKS, current_ids, emit, inflight, is_tcp, monitored, now_ns, read_at, send_syscalls, sock_offsets, track_sock,
+    SOCKS, current_ids, emit, inflight, is_tcp, mark, monitored, now_ns, read_at, send_syscalls, sock_offsets,
+    track_sock,
 };
 
 const EAGAIN: i32 = 11;
@@ -58,6 +59,11 @@ fn try_sock_send_length(ctx: &BtfTracePointContext) -> Result<(), ()> {
     };
 
     if ret > 0 {
+        // Byte marks of target sockets only (the process connected them):
+        // what a proxy sends back to its own TCP clients is not wanted.
+        if st.flags & SOCK_OUTBOUND != 0 && crossed(st.send_bytes, st.send_bytes + ret as u64) {
+            mark(MARK_SEND, now, st.send_bytes + ret as u64, cookie, None);
+        }
         st.send_bytes += ret as u64;
         st.last_send_ns = now;
         st.last_errno = 0;

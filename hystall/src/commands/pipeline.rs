@@ -139,7 +139,8 @@ impl Pipeline {
     /// One tick: polls the sources, judges, returns the events.
     pub fn tick(&mut self) -> Result<Vec<Stamped>> {
         let now: Mono = mono_now();
-        self.live.poll(now, &self.model.sockets.wanted(now), &mut self.pending);
+        let targets: Vec<u64> = self.model.sockets.targets().collect();
+        self.live.poll(now, &self.model.sockets.wanted(now), &targets, &mut self.pending);
         self.pending.extend(self.api.try_iter());
         // Sockets whose close event was lost go as an observation, so a
         // recording replays the same.

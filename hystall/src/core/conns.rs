@@ -211,6 +211,11 @@ impl ConnTable {
         self.conns.is_empty()
     }
 
+    /// The open connection whose client (now or on an earlier path) is `addr`.
+    pub fn conn_by_client(&self, addr: &std::net::SocketAddr) -> Option<u64> {
+        self.by_client.get(addr).copied().filter(|id| self.conns.get(id).is_some_and(|c| c.closed.is_none()))
+    }
+
     /// The connection a flow belongs to.
     pub fn conn_of(&self, flow: &FlowId) -> Option<u64> {
         self.flows.get(flow).map(|f| f.conn)

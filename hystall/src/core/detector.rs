@@ -26,13 +26,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::attribution::{Attribution, Link, owner};
 use super::conns::{Conn, ConnTable};
 use super::event::{Event, Stamped, StarvedInfo, StarvedTarget};
 use super::flows::Dir;
 use super::frames::{FrameEvidence, FrameState};
 use super::model::conn_info;
 use super::observation::ServerStream;
-use super::sockets::{Socket, SocketTable};
+use super::sockets::SocketTable;
 use super::time::Mono;
 use super::verdict::Verdict;
 
@@ -113,6 +114,8 @@ pub struct Starved {
     pub pid: Option<u32>,
     /// What the server's own stream table says, when it is available.
     pub api: Option<ApiEvidence>,
+    /// Stalled targets that may be its but that no evidence ties to it.
+    pub unattributed: usize,
 }
 
 /// The server's stream table, matched against the attributed targets.
@@ -173,68 +176,32 @@ impl Detector {
     }
 
     /// Re-judges every connection at `now`; returns `quic_starved` (on entry
-    /// and when the confidence rises) and `quic_recovered` events.
+    /// and when the confidence rises) and `quic_recovered` events. A
+    /// connection is flagged only for the stalled targets the attribution ties
+    /// to it (or the frames it sent, in a decrypted capture).
     pub fn tick(
         &mut self,
         now: Mono,
         conns: &ConnTable,
         socks: &SocketTable,
+        links: &Attribution,
         owners: &HashMap<u16, u32>,
         streams: Option<&[ServerStream]>,
     ) -> Vec<Stamped> {
         let cfg = self.cfg;
-        let stalled: Vec<&Socket> =
-            socks.iter().filter(|s| s.closed.is_none() && s.verdict == Verdict::Stalled && s.k.outbound).collect();
-        // One process serves here: it owns every connection (computed once a
-        // tick, not per socket and connection).
-        let sole_owner = {
-            let pids: BTreeSet<u32> = owners.values().copied().collect();
-            (pids.len() == 1).then(|| *pids.iter().next().expect("one"))
+        let stalled = |cookie: u64| {
+            socks.get(cookie).is_some_and(|s| s.closed.is_none() && s.verdict == Verdict::Stalled && s.k.outbound)
         };
-        let owner_of =
-            |c: &Conn| -> Option<u32> { c.server_ports().iter().find_map(|p| owners.get(p).copied()).or(sole_owner) };
-
-        // Attribution: each stalled target to the connection that carried client
-        // bulk when bytes last moved into it.
-        // Connections whose grouping is settled (reported as opened) and alive.
-        let alive: Vec<&Conn> = conns
-            .iter()
-            .filter(|c| c.closed.is_none() && c.opened_reported && c.alive(now, cfg.alive_window))
-            .collect();
-        let alive_owner: Vec<Option<u32>> = alive.iter().map(|c| owner_of(c)).collect();
-        let mut assigned: HashMap<u64, Vec<(u64, f64)>> = HashMap::new();
-        for s in &stalled {
-            let fed_at = s.k.last_send.or(s.k.first_seen).unwrap_or(Mono::ZERO);
-            let mut blind = false;
-            let mut scores: Vec<(u64, f64)> = alive
-                .iter()
-                .zip(&alive_owner)
-                .filter(|(_, o)| o.is_none_or(|p| p == s.k.pid))
-                .map(|(c, _)| c)
-                .filter_map(|c| {
-                    let slack = cfg.attribution_slack.as_nanos() as u64;
-                    let Some(bulk) = c.last_bulk(Dir::C2s) else {
-                        // No client bulk seen since we attached: the target may
-                        // have stalled before. Only an equal, timing-free share.
-                        blind = true;
-                        return (fed_at.0 <= c.first_seen.0 + slack).then_some((c.id, 1.0));
-                    };
-                    if bulk.0 + slack <= fed_at.0 {
-                        return None;
-                    }
-                    let gap = if bulk >= fed_at { bulk.since(fed_at) } else { fed_at.since(bulk) };
-                    Some((c.id, 1.0 / (1.0 + gap.as_secs_f64())))
-                })
-                .collect();
-            let total: f64 = scores.iter().map(|(_, v)| v).sum();
-            scores.sort_by(|a, b| b.1.total_cmp(&a.1));
-            if let Some(&(conn, best)) = scores.first()
-                && total > 0.0
+        // Stalled targets no evidence ties to one connection, by the
+        // connections they may belong to (once a tick: O(targets)).
+        let mut maybe: HashMap<u64, usize> = HashMap::new();
+        for s in socks.iter().filter(|s| stalled(s.k.cookie)) {
+            if let Some(t) = links.target(s.k.cookie)
+                && t.link.is_none()
+                && !t.other_inbound
             {
-                let strength = best / total;
-                // Without timing, a tie is a guess: leave the target unattributed.
-                if !blind || strength > 0.5 {
-                    assigned.entry(conn).or_default().push((s.k.cookie, strength));
+                for &c in t.maybe() {
+                    *maybe.entry(c).or_default() += 1;
                 }
             }
         }
@@ -242,19 +209,28 @@ impl Detector {
         let need = cfg.windows.streams_to_exhaust();
         let mut out = Vec::new();
         let mut now_starved: HashMap<u64, Starved> = HashMap::new();
-        for c in &alive {
+        let alive = conns.iter().filter(|c| c.closed.is_none() && c.opened_reported && c.alive(now, cfg.alive_window));
+        for c in alive {
             // Never saw client bulk since we attached: it stopped before that.
             let bulk = c.last_bulk(Dir::C2s).unwrap_or(c.first_seen);
             let quiet = now.since(bulk) >= cfg.bulk_quiet;
-            let targets = assigned.remove(&c.id).unwrap_or_default();
+            let targets: Vec<(u64, Link)> = links
+                .linked_to(c.id)
+                .filter(|t| stalled(*t))
+                .filter_map(|t| links.link(t).map(|l| (t, *l)))
+                .collect();
             let k = targets.len();
+            let exact = targets.iter().filter(|(_, l)| l.evidence.api).count();
+            let unsure = maybe.get(&c.id).copied().unwrap_or(0);
             // Decrypted frames (offline) prove it or not, whatever the targets.
             let proof = c.frames.as_ref().and_then(|f| frame_proof(f, now, cfg.bulk_quiet));
-            let confidence = if proof.is_some() {
+            let confidence = if proof.is_some() || exact >= need {
                 Confidence::Confirmed
             } else if k >= need {
                 Confidence::Likely
-            } else if k + 1 >= need && k >= 1 {
+            } else if k >= 1 && k + unsure >= need {
+                // Its own stalled streams fall one or more short, but targets
+                // that may be its (unattributed) would make up the rest.
                 Confidence::Suspected
             } else {
                 continue;
@@ -266,18 +242,24 @@ impl Detector {
                 continue;
             }
             let since = prev.map_or(proof.unwrap_or(bulk), |p| p.since);
+            let targets: Vec<(u64, f64)> = targets.iter().map(|(t, l)| (*t, l.score)).collect();
             let api = streams.and_then(|s| confirm(&targets, socks, s, now, cfg.stall_timeout));
             let confidence = match &api {
                 Some(a) if a.matching >= need => Confidence::Confirmed,
                 _ => confidence,
             };
-            now_starved.insert(c.id, Starved { conn: c.id, since, confidence, targets, pid: owner_of(c), api });
+            let pid = owner(c, owners);
+            now_starved
+                .insert(c.id, Starved { conn: c.id, since, confidence, targets, pid, api, unattributed: unsure });
         }
 
         for (id, st) in &now_starved {
             let rose = self.starved.get(id).is_none_or(|p| st.confidence > p.confidence);
             if rose && let Some(c) = conns.get(*id) {
-                out.push(Stamped { at: now, event: Event::QuicStarved(info(c, st, socks, now, None, cfg.windows)) });
+                out.push(Stamped {
+                    at: now,
+                    event: Event::QuicStarved(info(c, st, socks, links, now, None, cfg.windows)),
+                });
             }
         }
         for (id, old) in &self.starved {
@@ -291,7 +273,7 @@ impl Detector {
                 if let Some(c) = conns.get(*id) {
                     out.push(Stamped {
                         at: now,
-                        event: Event::QuicRecovered(info(c, old, socks, now, Some(reason), cfg.windows)),
+                        event: Event::QuicRecovered(info(c, old, socks, links, now, Some(reason), cfg.windows)),
                     });
                 }
             }
@@ -334,6 +316,7 @@ fn info(
     c: &Conn,
     st: &Starved,
     socks: &SocketTable,
+    links: &Attribution,
     now: Mono,
     reason: Option<&'static str>,
     w: Windows,
@@ -349,6 +332,7 @@ fn info(
                 local: s.and_then(|s| s.local()).map(|a| a.to_string()),
                 remote: s.and_then(|s| s.remote()).map(|a| a.to_string()),
                 strength: (strength * 100.0).round() / 100.0,
+                evidence: links.link(cookie).map(|l| l.evidence.names()).unwrap_or_default(),
                 no_progress_ms: s
                     .and_then(|s| s.progress().no_progress_since())
                     .map_or(0, |q| now.since(q).as_millis() as u64),
@@ -378,6 +362,7 @@ fn info(
             stream_window: w.stream,
             conn_window: w.conn,
             unsent_bytes: targets.iter().filter_map(|t| t.unsent_bytes.map(u64::from)).sum(),
+            unattributed_targets: st.unattributed,
             server_streams: st.api.clone(),
             frames: c.frames.as_ref().map(|f| frame_evidence(f, now)),
             targets,
@@ -409,6 +394,7 @@ mod tests {
         /// Per client: cumulative counters (c2s full, c2s small, s2c small).
         flows: HashMap<u16, (u64, u64, u64, Option<Mono>, Mono)>,
         streams: Option<Vec<ServerStream>>,
+        links: crate::core::attribution::Attribution,
     }
 
     impl Node {
@@ -421,6 +407,7 @@ mod tests {
                 owners: HashMap::from([(SERVER_PORT, PID)]),
                 flows: HashMap::new(),
                 streams: None,
+                links: Default::default(),
             }
         }
 
@@ -489,7 +476,8 @@ mod tests {
         fn tick(&mut self, at: f64) -> Vec<Stamped> {
             let mut out = self.socks.tick(s(at));
             self.conns.tick(s(at));
-            out.extend(self.det.tick(s(at), &self.conns, &self.socks, &self.owners, self.streams.as_deref()));
+            self.links.tick(s(at), &self.conns, &self.socks, &self.owners);
+            out.extend(self.det.tick(s(at), &self.conns, &self.socks, &self.links, &self.owners, self.streams.as_deref()));
             out.into_iter().filter(|e| matches!(e.event, Event::QuicStarved(_) | Event::QuicRecovered(_))).collect()
         }
     }

@@ -213,6 +213,9 @@ pub struct StarvedEvidence {
     pub conn_window: u64,
     /// Bytes queued unsent in the attributed targets.
     pub unsent_bytes: u64,
+    /// Stalled targets of the server that may be this connection's but that
+    /// no evidence ties to it (counted for no connection).
+    pub unattributed_targets: usize,
     /// The server's own stream table (`--hysteria-api`), when available.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_streams: Option<super::detector::ApiEvidence>,
@@ -228,9 +231,11 @@ pub struct StarvedTarget {
     pub cookie: u64,
     pub local: Option<String>,
     pub remote: Option<String>,
-    /// Share of the attribution score this connection got (1.0: no other
-    /// connection could have fed the target).
+    /// How well the target's bytes follow this connection's (correlation;
+    /// 1.0 for exact links).
     pub strength: f64,
+    /// What ties it to the connection: `api`, `connect`, `bytes`.
+    pub evidence: Vec<&'static str>,
     pub no_progress_ms: u64,
     pub unsent_bytes: Option<u32>,
 }

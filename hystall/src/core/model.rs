@@ -3,18 +3,25 @@
 
 use std::collections::HashMap;
 
+use super::attribution::Attribution;
 use super::conns::{Conn, ConnChange, ConnTable, Grouping};
 use super::detector::{Detector, DetectorConfig};
 use super::event::{ConnInfo, Event, Stamped};
-use super::observation::{Observation, ServerStream};
+use super::observation::{Observation, ServerStream, SockChange};
 use super::sockets::SocketTable;
 use super::time::Mono;
 use super::verdict::Thresholds;
+
+/// TCP states of a connect (CLOSE → SYN_SENT), as the kernel numbers them.
+const TCP_CLOSE: u8 = 7;
+const TCP_SYN_SENT: u8 = 2;
 
 pub struct Model {
     pub sockets: SocketTable,
     pub conns: ConnTable,
     pub detector: Detector,
+    /// Which connection fed each target socket.
+    pub attribution: Attribution,
     /// UDP server port → owning process.
     pub owners: HashMap<u16, u32>,
     /// The server's own stream table, when its API is available.
@@ -30,6 +37,10 @@ impl Model {
             sockets: SocketTable::new(th),
             conns: ConnTable::new(quic_idle),
             detector: Detector::new(detector),
+            attribution: Attribution::new(super::attribution::Config {
+                conn_window: detector.windows.conn,
+                ..Default::default()
+            }),
             owners: HashMap::new(),
             streams: None,
             swept_flows: Vec::new(),
@@ -39,7 +50,19 @@ impl Model {
     pub fn apply(&mut self, obs: Observation) {
         match obs {
             Observation::Header { at, sample } => self.conns.sample(at, &sample),
-            Observation::FlowCounts { at, flows } => self.conns.poll(at, flows),
+            Observation::FlowCounts { at, flows } => {
+                self.conns.poll(at, flows);
+                self.attribution.polled(at);
+            }
+            Observation::Marks { marks, .. } => self.attribution.marks(&marks, &self.conns),
+            Observation::Sock { at, change: SockChange::State { old: TCP_CLOSE, new: TCP_SYN_SENT }, sample } => {
+                self.attribution.connect(sample.cookie, sample.pid, at);
+                self.sockets.apply(Observation::Sock {
+                    at,
+                    change: SockChange::State { old: TCP_CLOSE, new: TCP_SYN_SENT },
+                    sample,
+                });
+            }
             Observation::Owners { ports, .. } => self.owners = ports.into_iter().collect(),
             Observation::Streams { streams, .. } => self.streams = Some(streams),
             Observation::Frames { sample, .. } => self.conns.frames(*sample),
@@ -65,8 +88,16 @@ impl Model {
                 });
             }
         }
+        self.attribution.tick(now, &self.conns, &self.sockets, &self.owners);
         // Before closed connections are swept: a starved one that closes recovers.
-        out.extend(self.detector.tick(now, &self.conns, &self.sockets, &self.owners, self.streams.as_deref()));
+        out.extend(self.detector.tick(
+            now,
+            &self.conns,
+            &self.sockets,
+            &self.attribution,
+            &self.owners,
+            self.streams.as_deref(),
+        ));
         self.swept_flows = self.conns.sweep();
         out
     }

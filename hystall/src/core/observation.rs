@@ -82,6 +82,32 @@ pub struct InflightSample {
     pub cookie: Option<u64>,
 }
 
+/// A target socket's cumulative send figures at one read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SendCount {
+    pub cookie: u64,
+    /// Bytes its sends moved into it since it was first tracked.
+    pub bytes: u64,
+    pub last_send: Option<Mono>,
+}
+
+/// One byte mark, at the kernel's time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ByteMark {
+    /// A client's bytes on `flow` counted by `cpu` reached `bytes`.
+    Flow { flow: super::flows::FlowId, cpu: u32, at: Mono, bytes: u64 },
+    /// Bytes sent into target `cookie` reached `bytes`.
+    Send { cookie: u64, at: Mono, bytes: u64 },
+}
+
+impl ByteMark {
+    pub fn at(&self) -> Mono {
+        match self {
+            ByteMark::Flow { at, .. } | ByteMark::Send { at, .. } => *at,
+        }
+    }
+}
+
 /// One QUIC stream as the server itself reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerStream {
@@ -139,6 +165,19 @@ pub enum Observation {
         at: Mono,
         cookies: Vec<u64>,
     },
+    /// Bytes moved so far into target sockets whose count changed since the
+    /// last such read (read with the flow counters, so that the attribution
+    /// compares both series at the same instants).
+    Sends {
+        at: Mono,
+        sends: Vec<SendCount>,
+    },
+    /// Byte marks (`hystall_common::mark`): the moments client bytes of a flow,
+    /// or bytes sent into a target, crossed a multiple of `MARK_BYTES`.
+    Marks {
+        at: Mono,
+        marks: Vec<ByteMark>,
+    },
     /// Flows of closed connections deleted from the kernel's flow map: their
     /// last figures need not be remembered any more.
     FlowsForgotten {
@@ -165,6 +204,8 @@ impl Observation {
             | Observation::Frames { at, .. }
             | Observation::SocketsGone { at, .. }
             | Observation::FlowsForgotten { at, .. }
+            | Observation::Sends { at, .. }
+            | Observation::Marks { at, .. }
             | Observation::Streams { at, .. } => *at,
         }
     }

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use super::timeline::{ModelOptions, Step};
 
 pub const MAGIC: &[u8; 8] = b"HYSTREC\n";
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format this hystall still reads (3 only added observations).
+pub const OLDEST_FORMAT: u32 = 2;
 /// No frame is this big (a FlowCounts of 100k flows is ~6 MB): a larger length is corruption.
 pub const MAX_FRAME: usize = 64 << 20;
 
@@ -42,7 +44,7 @@ pub struct Header {
 pub enum RecordingError {
     #[error("not a hystall recording (the file starts with {0:02x?})")]
     Magic(Vec<u8>),
-    #[error("recording format {found} is not supported (this hystall reads format {FORMAT_VERSION})")]
+    #[error("recording format {found} is not supported (this hystall reads formats {OLDEST_FORMAT} to {FORMAT_VERSION})")]
     Version { found: u32 },
     #[error("corrupt recording at byte {offset}: {what}")]
     Corrupt { offset: u64, what: String },
@@ -90,7 +92,7 @@ impl<R: Read> Reader<R> {
             return Err(RecordingError::Corrupt { offset: n as u64, what: "the file ends inside its preamble".into() });
         }
         let found = u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]);
-        if found != FORMAT_VERSION {
+        if !(OLDEST_FORMAT..=FORMAT_VERSION).contains(&found) {
             return Err(RecordingError::Version { found });
         }
         let mut me = Reader { r, offset: 12, header: placeholder(), truncated: false, buf: Vec::new() };

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::event::{Event, SocketInfo, Stamped, tcp_state_name};
-use super::observation::{DiagSample, InflightSample, Observation, SockChange, SockSample};
+use super::observation::{DiagSample, InflightSample, Observation, SendCount, SockChange, SockSample};
 use super::time::Mono;
 use super::verdict::{SendProgress, Thresholds, Verdict};
 
@@ -131,9 +131,30 @@ impl SocketTable {
             | Observation::Owners { .. }
             | Observation::Streams { .. }
             | Observation::Frames { .. }
+            | Observation::Marks { .. }
             | Observation::FlowsForgotten { .. } => {}
             Observation::SocketsGone { at, cookies } => self.apply_gone(at, cookies),
+            Observation::Sends { at, sends } => self.apply_sends(at, &sends),
         }
+    }
+
+    fn apply_sends(&mut self, at: Mono, sends: &[SendCount]) {
+        for c in sends {
+            if let Some(s) = self.socks.get_mut(&c.cookie)
+                && s.closed.is_none()
+                && c.bytes >= s.k.send_bytes
+            {
+                s.k.send_bytes = c.bytes;
+                s.k.last_send = s.k.last_send.max(c.last_send);
+                s.last_update = at;
+            }
+        }
+    }
+
+    /// Target sockets whose send figures are read with every flow poll: the
+    /// outbound ones still open (the attribution follows their bytes).
+    pub fn targets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.socks.values().filter(|s| s.closed.is_none() && s.k.outbound).map(|s| s.k.cookie)
     }
 
     fn apply_sock(&mut self, at: Mono, change: SockChange, sample: SockSample) {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
 use hystall_common::{
-    AF_INET, AF_INET6, FlowKey, FlowSample, SOCK_HAS_TUPLE, SOCK_OUTBOUND, SockEvent, SockEventKind, SockStats, Tuple,
+    AF_INET, AF_INET6, FlowKey, FlowSample, MARK_FLOW, Mark, SOCK_HAS_TUPLE, SOCK_OUTBOUND, SockEvent, SockEventKind,
+    SockStats, Tuple,
 };
 use netlink_packet_sock_diag::inet::StateFlags;
 use tokio::io::Interest;
@@ -21,7 +22,7 @@ use super::seed;
 use super::sockdiag::SockDiag;
 use crate::core::event::ProbeStatus;
 use crate::core::flows::FlowId;
-use crate::core::observation::{InflightSample, Observation, SockChange, SockSample};
+use crate::core::observation::{ByteMark, InflightSample, Observation, SendCount, SockChange, SockSample};
 use crate::core::time::Mono;
 
 /// A send syscall in flight this long is worth resolving to its socket.
@@ -49,6 +50,7 @@ pub struct QuicOptions {
 pub struct Live {
     probes: Probes,
     events: AsyncFd<RingBuf<MapData>>,
+    marks: AsyncFd<RingBuf<MapData>>,
     samples: Option<AsyncFd<RingBuf<MapData>>>,
     quic: QuicOptions,
     /// Server UDP ports watched now (explicit + discovered).
@@ -74,6 +76,9 @@ pub struct Live {
     last_upkeep: Mono,
     /// Kernel map occupancy as of the last upkeep.
     pub map_fill: Vec<MapFill>,
+    /// Send bytes of each target socket at its last read (only changes are
+    /// reported).
+    sends: HashMap<u64, u64>,
 }
 
 impl Live {
@@ -86,10 +91,15 @@ impl Live {
         // open for as long as it is registered. Must run inside a tokio runtime.
         let events = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| ProbeError::Map("EVENTS", e.to_string()))?;
+        let ring = probes.take_marks()?;
+        // SAFETY: as above.
+        let marks = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|e| ProbeError::Map("MARKS", e.to_string()))?;
         let diag = SockDiag::open().ok();
         let mut live = Live {
             probes,
             events,
+            marks,
             samples: None,
             quic,
             ports: HashSet::new(),
@@ -108,6 +118,7 @@ impl Live {
             flow_keys: HashMap::new(),
             last_upkeep: Mono::ZERO,
             map_fill: Vec::new(),
+            sends: HashMap::new(),
         };
         live.refresh_ports()?;
         live.syscalls_on_demand(now);
@@ -221,23 +232,27 @@ impl Live {
     /// Waits until a ring buffer has data, then moves it into `out`.
     pub async fn recv(&mut self, out: &mut Vec<Observation>) -> std::io::Result<()> {
         let first = out.len();
-        let events = &mut self.events;
-        match self.samples.as_mut() {
-            Some(samples) => tokio::select! {
-                r = events.readable_mut() => {
-                    let mut g = r?;
-                    drain_events(g.get_inner_mut(), out);
-                    g.clear_ready();
-                }
-                r = samples.readable_mut() => {
-                    let mut g = r?;
-                    drain_samples(g.get_inner_mut(), out);
-                    g.clear_ready();
-                }
-            },
-            None => {
-                let mut g = events.readable_mut().await?;
+        let (events, marks) = (&mut self.events, &mut self.marks);
+        let samples = async {
+            match self.samples.as_mut() {
+                Some(s) => s.readable_mut().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = events.readable_mut() => {
+                let mut g = r?;
                 drain_events(g.get_inner_mut(), out);
+                g.clear_ready();
+            }
+            r = marks.readable_mut() => {
+                let mut g = r?;
+                drain_marks(g.get_inner_mut(), out);
+                g.clear_ready();
+            }
+            r = samples => {
+                let mut g = r?;
+                drain_samples(g.get_inner_mut(), out);
                 g.clear_ready();
             }
         }
@@ -266,11 +281,12 @@ impl Live {
     }
 
     /// Periodic work: re-read the sockets the model wants, in-flight sends, the
-    /// process selection.
+    /// process selection; with each flow poll, the send counts of `targets`.
     pub fn poll(
         &mut self,
         now: Mono,
         wanted: &[(u64, Option<SocketAddr>, Option<SocketAddr>)],
+        targets: &[u64],
         out: &mut Vec<Observation>,
     ) {
         out.append(&mut self.pending);
@@ -301,6 +317,7 @@ impl Live {
             self.flow_keys = kernel.iter().map(|(k, _)| (quic::flow_id(k), *k)).collect();
             let flows = kernel.iter().map(|(k, s)| (quic::flow_id(k), quic::flow_counters(s))).collect();
             out.push(Observation::FlowCounts { at: now, flows });
+            self.read_sends(now, targets, out);
         }
         for &(cookie, local, remote) in wanted {
             if let Some(st) = self.probes.sock(cookie) {
@@ -316,6 +333,24 @@ impl Live {
         }
         let sends = self.inflight(now);
         out.push(Observation::Inflight { at: now, sends });
+    }
+
+    /// The send counts of the target sockets that moved since the last read,
+    /// taken at the same instant as the flow counters.
+    fn read_sends(&mut self, now: Mono, targets: &[u64], out: &mut Vec<Observation>) {
+        let mut sends = Vec::new();
+        let mut seen = HashMap::with_capacity(targets.len());
+        for &cookie in targets {
+            let Some(st) = self.probes.sock(cookie) else { continue };
+            seen.insert(cookie, st.send_bytes);
+            if self.sends.get(&cookie) != Some(&st.send_bytes) {
+                sends.push(SendCount { cookie, bytes: st.send_bytes, last_send: Mono::nonzero(st.last_send_ns) });
+            }
+        }
+        self.sends = seen;
+        if !sends.is_empty() {
+            out.push(Observation::Sends { at: now, sends });
+        }
     }
 
     /// Every [`UPKEEP_EVERY`]: counts the kernel maps (`map_fill`) and returns
@@ -392,6 +427,24 @@ fn drain_samples(ring: &mut RingBuf<MapData>, out: &mut Vec<Observation>) {
             let s: FlowSample = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const FlowSample) };
             out.push(Observation::Header { at: Mono(s.ts_ns), sample: quic::header_sample(&s) });
         }
+    }
+}
+
+fn drain_marks(ring: &mut RingBuf<MapData>, out: &mut Vec<Observation>) {
+    let mut marks = Vec::new();
+    while let Some(item) = ring.next() {
+        if item.len() >= std::mem::size_of::<Mark>() {
+            // SAFETY: the kernel wrote a Mark (repr(C), Pod) of this size.
+            let m: Mark = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const Mark) };
+            let at = Mono(m.ts_ns);
+            marks.push(match m.kind {
+                MARK_FLOW => ByteMark::Flow { flow: quic::flow_id(&m.flow), cpu: m.cpu, at, bytes: m.bytes },
+                _ => ByteMark::Send { cookie: m.cookie, at, bytes: m.bytes },
+            });
+        }
+    }
+    if let Some(at) = marks.iter().map(ByteMark::at).max() {
+        out.push(Observation::Marks { at, marks });
     }
 }
 

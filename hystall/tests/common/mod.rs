@@ -2,6 +2,7 @@
 //! their JSON lines, and skip cleanly when not root.
 #![allow(dead_code)]
 
+pub mod node;
 pub mod singbox;
 
 use std::io::{BufRead, BufReader};

@@ -120,6 +120,26 @@ pub struct Options {
     pub log_level: Option<String>,
     /// Start the server only (tests that run their own client, or none).
     pub no_client: bool,
+    /// Client processes to start (each its own QUIC connection and SOCKS port);
+    /// 0 means 1.
+    pub clients: usize,
+    /// Serve sing-box's Clash API (`experimental.clash_api`) on a free port.
+    pub clash_api: bool,
+    /// Server and clients on ::1 (the QUIC connections over IPv6).
+    pub ipv6: bool,
+}
+
+/// The Clash API of a lab server.
+#[derive(Clone, Debug)]
+pub struct ClashApi {
+    pub addr: SocketAddr,
+    pub secret: String,
+}
+
+impl ClashApi {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
 }
 
 /// A running Hysteria2 server and client, with an echo target and a UDP echo that
@@ -128,12 +148,20 @@ pub struct Options {
 pub struct SingBox {
     pub dir: PathBuf,
     pub server_port: u16,
-    /// The client's SOCKS5/HTTP proxy ("mixed" inbound); None with `no_client`.
+    /// The first client's SOCKS5/HTTP proxy ("mixed" inbound); None with `no_client`.
     pub socks: Option<SocketAddr>,
+    /// Every client's SOCKS5/HTTP proxy, in start order.
+    pub all_socks: Vec<SocketAddr>,
     pub echo: TcpTarget,
     pub udp_echo: UdpEcho,
+    /// The server's Clash API, with `clash_api`.
+    pub clash: Option<ClashApi>,
     server: Option<Child>,
-    client: Option<Child>,
+    /// One process per client (one QUIC connection each).
+    clients: Vec<Child>,
+    /// The first client's config (what a restarted or added client uses).
+    cert: PathBuf,
+    opts: Options,
 }
 
 impl SingBox {
@@ -151,32 +179,74 @@ impl SingBox {
         std::os::unix::fs::symlink(&found, &bin).context("linking sing-box into the lab dir")?;
         let echo = TcpTarget::spawn(Behaviour::Echo)?;
         let udp_echo = UdpEcho::spawn()?;
-        let mut lab = SingBox { dir, server_port: 0, socks: None, echo, udp_echo, server: None, client: None };
-
-        let (key, cert) = (lab.dir.join("key.pem"), lab.dir.join("cert.pem"));
+        let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+        let mut lab = SingBox {
+            dir,
+            server_port: 0,
+            socks: None,
+            all_socks: Vec::new(),
+            echo,
+            udp_echo,
+            clash: None,
+            server: None,
+            clients: Vec::new(),
+            cert: cert.clone(),
+            opts: opts.clone(),
+        };
         write_keypair(&bin, &key, &cert)?;
         lab.server_port = match opts.server_port {
             Some(p) => p,
-            None => free_udp_port()?,
+            None => free_udp_port(opts.ipv6)?,
         };
-        let server = server_config(&opts, lab.server_port, &key, &cert);
+        if opts.clash_api {
+            lab.clash = Some(ClashApi {
+                addr: SocketAddr::from((Ipv4Addr::LOCALHOST, free_tcp_port()?)),
+                secret: format!("hystall-{:x}", SystemTime::now().duration_since(UNIX_EPOCH)?.subsec_nanos()),
+            });
+        }
+        let server = server_config(&opts, lab.server_port, &key, &cert, lab.clash.as_ref());
         lab.server = Some(run(&bin, &lab.dir, "server", &server)?);
         if opts.no_client {
-            wait_udp_bound(lab.server_port, lab.server.as_mut().expect("server"), Duration::from_secs(10))
+            wait_udp_bound(lab.server_port, opts.ipv6, lab.server.as_mut().expect("server"), Duration::from_secs(10))
                 .with_context(|| lab.logs())?;
             return Ok(lab);
         }
-        let socks = SocketAddr::from((Ipv4Addr::LOCALHOST, free_tcp_port()?));
-        let client = client_config(&opts, lab.server_port, socks.port(), &cert);
-        lab.client = Some(run(&bin, &lab.dir, "client", &client)?);
-        lab.socks = Some(socks);
-        lab.wait_ready(READY_TIMEOUT).with_context(|| lab.logs())?;
+        for _ in 0..opts.clients.max(1) {
+            lab.spawn_client()?;
+        }
+        for i in 0..lab.all_socks.len() {
+            lab.wait_ready(i, READY_TIMEOUT).with_context(|| lab.logs())?;
+        }
         Ok(lab)
     }
 
-    /// The client's SOCKS5 address (panics with `no_client`).
+    /// Starts one more client process (its own QUIC connection) and returns
+    /// its index once a request through it echoes back.
+    pub fn add_client(&mut self) -> anyhow::Result<usize> {
+        let i = self.spawn_client()?;
+        self.wait_ready(i, READY_TIMEOUT).with_context(|| self.logs())?;
+        Ok(i)
+    }
+
+    fn spawn_client(&mut self) -> anyhow::Result<usize> {
+        let i = self.clients.len();
+        let socks = SocketAddr::from((Ipv4Addr::LOCALHOST, free_tcp_port()?));
+        let config = client_config(&self.opts, self.server_port, socks.port(), &self.cert);
+        let name = if i == 0 { "client".to_string() } else { format!("client{i}") };
+        self.clients.push(run(&self.dir.join("sing-box"), &self.dir, &name, &config)?);
+        self.all_socks.push(socks);
+        self.socks.get_or_insert(socks);
+        Ok(i)
+    }
+
+    /// The first client's SOCKS5 address (panics with `no_client`).
     pub fn socks(&self) -> SocketAddr {
         self.socks.expect("this lab has no client")
+    }
+
+    /// Client `i`'s SOCKS5 address.
+    pub fn socks_of(&self, i: usize) -> SocketAddr {
+        self.all_socks[i]
     }
 
     pub fn server_pid(&self) -> u32 {
@@ -184,18 +254,24 @@ impl SingBox {
     }
 
     pub fn client_pid(&self) -> Option<u32> {
-        self.client.as_ref().map(Child::id)
+        self.clients.first().map(Child::id)
     }
 
-    /// Both processes still running (an exited one is reaped here).
+    /// Client `i`'s process id.
+    pub fn client_pid_of(&self, i: usize) -> u32 {
+        self.clients[i].id()
+    }
+
+    /// The server and every client still running (an exited one is reaped here).
     pub fn alive(&mut self) -> bool {
-        [&mut self.server, &mut self.client].into_iter().flatten().all(|c| matches!(c.try_wait(), Ok(None)))
+        self.server.iter_mut().chain(self.clients.iter_mut()).all(|c| matches!(c.try_wait(), Ok(None)))
     }
 
-    /// The last lines of both logs, for assertion messages.
+    /// The last lines of every log, for assertion messages.
     pub fn logs(&self) -> String {
         let mut out = format!("sing-box lab in {}\n", self.dir.display());
-        for name in ["server", "client"] {
+        let names = (0..self.clients.len()).map(|i| if i == 0 { "client".to_string() } else { format!("client{i}") });
+        for name in std::iter::once("server".to_string()).chain(names) {
             let Ok(text) = std::fs::read_to_string(self.dir.join(format!("{name}.log"))) else { continue };
             let lines: Vec<&str> = text.lines().collect();
             let tail = &lines[lines.len().saturating_sub(40)..];
@@ -209,16 +285,16 @@ impl SingBox {
         out
     }
 
-    /// Kills the client (the server keeps running): e.g. to see a QUIC connection end.
+    /// Kills the clients (the server keeps running): e.g. to see a QUIC connection end.
     pub fn stop_client(&mut self) {
-        if let Some(mut c) = self.client.take() {
+        for mut c in self.clients.drain(..) {
             kill(&mut c);
         }
     }
 
-    fn wait_ready(&mut self, within: Duration) -> anyhow::Result<()> {
+    fn wait_ready(&mut self, i: usize, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
-        let socks = self.socks();
+        let socks = self.all_socks[i];
         // The mixed inbound listens first...
         while TcpStream::connect_timeout(&socks, Duration::from_millis(200)).is_err() {
             if !self.alive() {
@@ -245,8 +321,7 @@ impl SingBox {
 
 impl Drop for SingBox {
     fn drop(&mut self) {
-        for c in [self.client.take(), self.server.take()].into_iter().flatten() {
-            let mut c = c;
+        for mut c in self.clients.drain(..).chain(self.server.take()) {
             kill(&mut c);
         }
         if std::thread::panicking() {
@@ -267,11 +342,11 @@ fn kill(c: &mut Child) {
 
 /// The server: hysteria2 inbound on 127.0.0.1:port, TLS with the self-signed
 /// cert, optional Salamander and windows; everything goes out "direct".
-pub fn server_config(opts: &Options, port: u16, key: &Path, cert: &Path) -> Value {
+pub fn server_config(opts: &Options, port: u16, key: &Path, cert: &Path, clash: Option<&ClashApi>) -> Value {
     let mut inbound = json!({
         "type": "hysteria2",
         "tag": "hy2-in",
-        "listen": "127.0.0.1",
+        "listen": loopback(opts.ipv6),
         "listen_port": port,
         "users": [{ "name": "lab", "password": PASSWORD }],
         "tls": {
@@ -290,11 +365,21 @@ pub fn server_config(opts: &Options, port: u16, key: &Path, cert: &Path) -> Valu
     if let Some(w) = opts.connection_receive_window {
         inbound["connection_receive_window"] = json!(w);
     }
-    json!({
+    let mut config = json!({
         "log": log_section(opts),
         "inbounds": [inbound],
         "outbounds": [{ "type": "direct", "tag": "direct" }],
-    })
+    });
+    if let Some(api) = clash {
+        config["experimental"] =
+            json!({ "clash_api": { "external_controller": api.addr.to_string(), "secret": api.secret } });
+    }
+    config
+}
+
+/// The loopback address the lab's QUIC connections use.
+fn loopback(ipv6: bool) -> &'static str {
+    if ipv6 { "::1" } else { "127.0.0.1" }
 }
 
 /// The client: a "mixed" (SOCKS5 + HTTP) inbound on 127.0.0.1:socks_port, and a
@@ -303,7 +388,7 @@ pub fn client_config(opts: &Options, server_port: u16, socks_port: u16, cert: &P
     let mut outbound = json!({
         "type": "hysteria2",
         "tag": "hy2-out",
-        "server": "127.0.0.1",
+        "server": loopback(opts.ipv6),
         "password": PASSWORD,
         "tls": {
             "enabled": true,
@@ -393,14 +478,14 @@ fn free_tcp_port() -> io::Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
 }
 
-fn free_udp_port() -> io::Result<u16> {
-    Ok(UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+fn free_udp_port(ipv6: bool) -> io::Result<u16> {
+    Ok(UdpSocket::bind((loopback(ipv6), 0))?.local_addr()?.port())
 }
 
-/// Waits until something has bound 127.0.0.1:port/udp (binding it ourselves fails).
-fn wait_udp_bound(port: u16, child: &mut Child, within: Duration) -> anyhow::Result<()> {
+/// Waits until something has bound the loopback port/udp (binding it ourselves fails).
+fn wait_udp_bound(port: u16, ipv6: bool, child: &mut Child, within: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + within;
-    while UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+    while UdpSocket::bind((loopback(ipv6), port)).is_ok() {
         if !matches!(child.try_wait(), Ok(None)) {
             bail!("the sing-box server exited during start-up");
         }
@@ -473,6 +558,8 @@ pub enum Behaviour {
     Stall,
     /// Writes back what it reads.
     Echo,
+    /// Writes as fast as the connection takes it, never reads (downloads).
+    Source,
 }
 
 /// A TCP listener on 127.0.0.1 (ephemeral port) serving every connection with one
@@ -509,6 +596,11 @@ impl TcpTarget {
                 accepted.fetch_add(1, Ordering::Relaxed);
                 if behaviour == Behaviour::Stall {
                     held.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
+                    continue;
+                }
+                if behaviour == Behaviour::Source {
+                    let stop = stop.clone();
+                    std::thread::spawn(move || pour(conn, &stop));
                     continue;
                 }
                 let (received, stop) = (received.clone(), stop.clone());
@@ -577,6 +669,20 @@ fn serve(mut conn: TcpStream, behaviour: Behaviour, received: &AtomicU64, stop: 
         }
         if behaviour == Behaviour::Upclose && total >= UPCLOSE_BYTES {
             return; // dropping the stream closes it
+        }
+    }
+}
+
+/// A source target's connection: writes until the peer goes or the target stops.
+fn pour(mut conn: TcpStream, stop: &AtomicBool) {
+    let _ = conn.set_write_timeout(Some(TICK));
+    let chunk = vec![0xa5u8; 64 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        match conn.write(&chunk) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
         }
     }
 }
@@ -832,14 +938,68 @@ pub fn upload_via_counting(
     stop: Arc<AtomicBool>,
     progress: Arc<AtomicU64>,
 ) -> JoinHandle<u64> {
+    upload_via_rate(socks, target, stop, progress, None)
+}
+
+/// `upload_via_counting` at no more than `rate` bytes a second (a client's
+/// uplink), or as fast as the path takes it.
+pub fn upload_via_rate(
+    socks: SocketAddr,
+    target: SocketAddr,
+    stop: Arc<AtomicBool>,
+    progress: Arc<AtomicU64>,
+    rate: Option<u64>,
+) -> JoinHandle<u64> {
     std::thread::spawn(move || {
         let Ok(mut s) = connect_via(socks, target) else { return 0 };
         // A blocked write must still notice `stop`.
         let _ = s.set_write_timeout(Some(TICK));
-        let chunk = vec![0x5au8; 64 * 1024];
+        let chunk_len = rate.map_or(64 * 1024, |r| (r / 50).clamp(1024, 64 * 1024) as usize);
+        let chunk = vec![0x5au8; chunk_len];
+        let start = Instant::now();
         let mut total = 0u64;
         while !stop.load(Ordering::Relaxed) {
+            if let Some(r) = rate {
+                let due = Duration::from_secs_f64(total as f64 / r as f64);
+                let elapsed = start.elapsed();
+                if due > elapsed {
+                    std::thread::sleep((due - elapsed).min(TICK));
+                    continue;
+                }
+            }
             match s.write(&chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    total += n as u64;
+                    progress.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        total
+    })
+}
+
+/// A download through the proxy from a `Source` target, on its own thread:
+/// reads until `stop`, adding what it reads to `progress`; returns the total.
+pub fn download_via(
+    socks: SocketAddr,
+    source: SocketAddr,
+    stop: Arc<AtomicBool>,
+    progress: Arc<AtomicU64>,
+) -> JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let Ok(mut s) = connect_via(socks, source) else { return 0 };
+        let _ = s.set_read_timeout(Some(TICK));
+        // The request reaches the server with the first bytes of the stream.
+        if s.write_all(b"GET").is_err() {
+            return 0;
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut total = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            match s.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
                     total += n as u64;

@@ -225,6 +225,12 @@ impl Probes {
             .collect()
     }
 
+    /// The ring buffer of byte marks (can be taken once).
+    pub fn take_marks(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = self.ebpf.take_map("MARKS").ok_or_else(|| ProbeError::Map("MARKS", "missing".into()))?;
+        RingBuf::try_from(map).map_err(|e| ProbeError::Map("MARKS", e.to_string()))
+    }
+
     /// The ring buffer of state-change events (can be taken once).
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
         let map = self.ebpf.take_map("EVENTS").ok_or_else(|| ProbeError::Map("EVENTS", "missing".into()))?;

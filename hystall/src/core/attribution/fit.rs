@@ -1,0 +1,71 @@
+//! The two byte rules every true assignment of targets to connections obeys,
+//! checked on the byte marks' series:
+//!
+//! - **carried**: bytes reach a target only after they arrived on the
+//!   connection whose stream feeds it, so at every moment the targets tied to
+//!   a connection have together taken no more than it carried since the first
+//!   of them started;
+//! - **explained**: what a connection carried went into its targets, its QUIC
+//!   framing (a few per cent), its datagrams, or its receive window (unread
+//!   bytes: at most the connection window) — so, for a connection seen from
+//!   its start, its targets together explain all but that much of its bytes.
+//!
+//! Both allow for the marks' granularity (each series is known to within a
+//! mark per CPU and per target).
+
+use hystall_common::MARK_BYTES;
+
+use super::{ConnSeries, Target};
+use crate::core::time::Mono;
+
+/// QUIC framing and retransmissions, at most, as a share of a connection's
+/// client bytes (measured: 3.7–5.3 % for uploads through sing-box).
+pub const FRAMING_MAX: f64 = 0.10;
+
+/// Bytes `t` took by `at` since it started (0 before it started).
+pub fn took(t: &Target, at: Mono) -> u64 {
+    if at < t.start { 0 } else { t.series.at(at).saturating_sub(t.start_bytes) }
+}
+
+/// The moments at which the carried rule is checked for `t`: a few points
+/// along its marks and its last one.
+pub fn checkpoints(t: &Target, out: &mut Vec<Mono>) {
+    let n = t.series.len();
+    if n == 0 {
+        return;
+    }
+    for q in [n / 4, n / 2, 3 * n / 4, n - 1] {
+        if let Some(p) = t.series.point(q) {
+            out.push(p.0);
+        }
+    }
+}
+
+/// Whether connection `c` can have carried the bytes of all of `set`.
+pub fn carried(c: &ConnSeries, set: &[&Target]) -> bool {
+    let Some(start) = set.iter().map(|t| t.start).min() else { return true };
+    let base = c.series.at(start);
+    let slack = MARK_BYTES * (set.len() + c.per_cpu.len().max(1)) as u64;
+    let mut times = Vec::with_capacity(set.len() * 4);
+    for t in set {
+        checkpoints(t, &mut times);
+    }
+    times.iter().all(|&at| {
+        let need: u64 = set.iter().map(|t| took(t, at)).sum();
+        let have = c.series.at(at).saturating_sub(base);
+        need <= have + slack + have / 100
+    })
+}
+
+/// How many bytes of `c` its targets `set` leave unexplained beyond what
+/// framing, datagrams and a full receive window allow, at `now`; 0 when they
+/// explain enough. Only for a connection whose every stream was seen.
+pub fn unexplained(c: &ConnSeries, set: &[&Target], now: Mono, conn_window: u64) -> u64 {
+    let carried = c.total;
+    let into: u64 = set.iter().map(|t| took(t, now)).sum();
+    let allowed = conn_window
+        + (carried as f64 * FRAMING_MAX) as u64
+        + c.datagrams
+        + MARK_BYTES * (set.len() + c.per_cpu.len().max(1)) as u64;
+    carried.saturating_sub(into).saturating_sub(allowed)
+}

@@ -1,0 +1,526 @@
+//! Which QUIC connection fed each target socket: the link the detector needs to
+//! flag the right users on a node where many clients share one server (pure;
+//! time is an input).
+//!
+//! Evidence, gathered over each target socket's whole life and kept once clear:
+//! - **connect**: a proxy dials the target right after the request arrives on
+//!   the connection that opened the stream. Connections that sent nothing in
+//!   the moments before the connect are ruled out; when one alone is left, that
+//!   is the link.
+//! - **bytes**: a stream's bytes reach its target only after they arrived on
+//!   the connection, and what a connection carries goes into its targets
+//!   (plus a few per cent of framing and at most its receive window of unread
+//!   bytes). Both series are known at the kernel's timestamps (byte marks), so
+//!   connections that cannot have carried a target's bytes — together with
+//!   the targets already tied to them — are ruled out, and a connection whose
+//!   bytes only some targets can explain gets them (`fit.rs`, `solve.rs`).
+//! - **api**: the server's own table (the Clash API of sing-box and mihomo)
+//!   names the client of each relayed connection: exact.
+//!
+//! A target that no evidence ties clearly to one connection stays
+//! *unattributed*: it counts for no connection, and its candidates are listed.
+//! A link never moves once made (only exact evidence overrides it), and a
+//! target counts for one connection at most.
+
+pub mod api;
+mod connect;
+mod fit;
+pub mod series;
+mod solve;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::conns::{Conn, ConnTable};
+use super::flows::FlowId;
+use super::observation::ByteMark;
+use super::sockets::SocketTable;
+use super::time::Mono;
+use api::RelayRecord;
+use series::ByteSeries;
+
+/// Points kept per connection series (~512 MiB of client bytes at 128 KiB a mark).
+const CONN_POINTS: usize = 4096;
+/// Points kept per target series.
+const TARGET_POINTS: usize = 512;
+/// Connection series older than this are dropped (no target looks further back).
+const CONN_HORIZON: Duration = Duration::from_secs(60);
+/// A closed target's bytes still explain its connection's for this long.
+const CLOSED_KEEP: Duration = Duration::from_secs(60);
+/// The deduction runs at least this often (and whenever marks arrived).
+const SOLVE_EVERY: Duration = Duration::from_secs(1);
+/// Flow marks waiting for their flow's connection, at most (flows) and for how long.
+const MAX_ORPHAN_FLOWS: usize = 1024;
+const ORPHAN_FOR: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// How long before a target's connect the opening request may have arrived.
+    pub connect_window: Duration,
+    /// Connections kept as candidates of one target at most.
+    pub max_candidates: usize,
+    /// Byte marks a target needs before its bytes alone tie it.
+    pub min_marks: usize,
+    /// The connection window: unread bytes a connection can hold at most.
+    pub conn_window: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            connect_window: Duration::from_millis(300),
+            max_candidates: 64,
+            min_marks: 4,
+            conn_window: 20 << 20,
+        }
+    }
+}
+
+/// What ties a target to its connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Evidence {
+    /// The server's own table says so.
+    pub api: bool,
+    /// The only connection that sent anything just before the connect.
+    pub connect: bool,
+    /// Its bytes moved with this connection's and no other's.
+    pub bytes: bool,
+}
+
+impl Evidence {
+    /// A link the connect alone made (checked again as bytes come).
+    pub const CONNECT_ONLY: Evidence = Evidence { api: false, connect: true, bytes: false };
+
+    /// The names of the kinds present, strongest first (`api`, `connect`, `bytes`).
+    pub fn names(&self) -> Vec<&'static str> {
+        [(self.api, "api"), (self.connect, "connect"), (self.bytes, "bytes")]
+            .into_iter()
+            .filter_map(|(on, n)| on.then_some(n))
+            .collect()
+    }
+}
+
+/// A target's connection, and why.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Link {
+    pub conn: u64,
+    pub evidence: Evidence,
+    /// 1 when exact (api); else 1 / the connections it could have had.
+    pub score: f64,
+    pub since: Mono,
+}
+
+/// What is known of one target socket.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub pid: u32,
+    /// Its connect (CLOSE → SYN_SENT), when seen.
+    pub connect: Option<Mono>,
+    /// Since when its bytes count (its connect, else just before its first mark).
+    start: Mono,
+    /// Its send count then.
+    start_bytes: u64,
+    series: ByteSeries,
+    /// Connections that may have sent the opening request (None until the
+    /// first flow poll after the connect).
+    at_connect: Option<Vec<u64>>,
+    /// More connections were active at the connect than are kept.
+    crowded: bool,
+    pub link: Option<Link>,
+    /// The connections it could have had at the last deduction (unattributed).
+    pub candidates: Vec<u64>,
+    /// The server's table says it belongs to another inbound (not QUIC).
+    pub other_inbound: bool,
+    /// When its socket closed (its bytes still explain its connection's).
+    closed: Option<Mono>,
+    /// When it was first heard of.
+    born: Mono,
+}
+
+impl Target {
+    fn new(pid: u32, born: Mono) -> Target {
+        Target {
+            pid,
+            connect: None,
+            start: born,
+            start_bytes: 0,
+            series: ByteSeries::new(TARGET_POINTS),
+            at_connect: None,
+            crowded: false,
+            link: None,
+            candidates: Vec::new(),
+            other_inbound: false,
+            closed: None,
+            born,
+        }
+    }
+
+    /// Connections that could have sent the opening request, if the connect was seen.
+    pub fn at_connect(&self) -> Option<&[u64]> {
+        self.at_connect.as_deref().filter(|_| !self.crowded)
+    }
+
+    pub fn marks(&self) -> usize {
+        self.series.len()
+    }
+
+    /// The connections an unattributed target may belong to.
+    pub fn maybe(&self) -> &[u64] {
+        &self.candidates
+    }
+}
+
+/// A connection's client bytes, from the byte marks of its flows.
+#[derive(Clone, Debug)]
+struct ConnSeries {
+    series: ByteSeries,
+    /// The last count of each (flow, CPU): the kernel's flow map is per CPU.
+    per_cpu: HashMap<(FlowId, u32), u64>,
+    total: u64,
+    last_mark: Mono,
+    /// Seen from its start (every stream it opened was seen too).
+    complete: bool,
+    /// Client bytes in packets that are not full-size (datagrams, mostly):
+    /// not explained by targets.
+    datagrams: u64,
+}
+
+impl ConnSeries {
+    fn new() -> ConnSeries {
+        ConnSeries {
+            series: ByteSeries::new(CONN_POINTS),
+            per_cpu: HashMap::new(),
+            total: 0,
+            last_mark: Mono::ZERO,
+            complete: false,
+            datagrams: 0,
+        }
+    }
+
+    fn mark(&mut self, flow: FlowId, cpu: u32, at: Mono, bytes: u64) {
+        // A (flow, CPU) seen for the first time: one mark's worth (its count
+        // may include bytes from before we attached).
+        let prev = self.per_cpu.insert((flow, cpu), bytes);
+        let step = match prev {
+            Some(p) => bytes.saturating_sub(p),
+            None => bytes.min(hystall_common::MARK_BYTES),
+        };
+        if self.series.is_empty() {
+            self.series.push(Mono(at.0.saturating_sub(1)), self.total);
+        }
+        self.total += step;
+        self.series.push(at, self.total);
+        self.last_mark = self.last_mark.max(at);
+    }
+}
+
+#[derive(Default)]
+pub struct Attribution {
+    pub cfg: Config,
+    conns: HashMap<u64, ConnSeries>,
+    targets: HashMap<u64, Target>,
+    /// Targets linked to each connection.
+    by_conn: HashMap<u64, BTreeSet<u64>>,
+    orphans: HashMap<FlowId, (Mono, Vec<(u32, Mono, u64)>)>,
+    /// The last flow poll (the connections' last-packet times are as of then).
+    last_poll: Option<Mono>,
+    /// The server's relay table, when an API gives it (replaced each time).
+    relays: Option<Vec<RelayRecord>>,
+    relays_new: bool,
+    /// The first tick (connections first seen after it are seen whole).
+    started: Option<Mono>,
+    /// Marks or connects since the last deduction.
+    dirty: bool,
+    last_solve: Mono,
+}
+
+impl Attribution {
+    pub fn new(cfg: Config) -> Attribution {
+        Attribution { cfg, ..Default::default() }
+    }
+
+    pub fn target(&self, cookie: u64) -> Option<&Target> {
+        self.targets.get(&cookie)
+    }
+
+    pub fn link(&self, cookie: u64) -> Option<&Link> {
+        self.targets.get(&cookie).and_then(|t| t.link.as_ref())
+    }
+
+    /// Targets linked to `conn`.
+    pub fn linked_to(&self, conn: u64) -> impl Iterator<Item = u64> + '_ {
+        self.by_conn.get(&conn).into_iter().flatten().copied()
+    }
+
+    /// Targets followed, and connection series kept (for the tables' gauges).
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.targets.len(), self.conns.len())
+    }
+
+    /// Byte marks from the kernel (or a capture).
+    pub fn marks(&mut self, marks: &[ByteMark], conns: &ConnTable) {
+        for m in marks {
+            match *m {
+                ByteMark::Flow { flow, cpu, at, bytes } => match conns.conn_of(&flow) {
+                    Some(id) => {
+                        let cs = self.conns.entry(id).or_insert_with(ConnSeries::new);
+                        cs.mark(flow, cpu, at, bytes);
+                        self.dirty = true;
+                        tracing::trace!(conn = id, at = at.0, total = cs.total, cpu, "mark");
+                    }
+                    None => {
+                        if self.orphans.len() < MAX_ORPHAN_FLOWS || self.orphans.contains_key(&flow) {
+                            let e = self.orphans.entry(flow).or_insert_with(|| (at, Vec::new()));
+                            if e.1.len() < 256 {
+                                e.1.push((cpu, at, bytes));
+                            }
+                        }
+                    }
+                },
+                ByteMark::Send { cookie, at, bytes } => {
+                    let t = self.targets.entry(cookie).or_insert_with(|| Target::new(0, at));
+                    if t.series.is_empty() {
+                        if t.connect.is_none() {
+                            // Connect not seen: its count before this mark is
+                            // unknown; start one mark back.
+                            t.start = Mono(at.0.saturating_sub(50_000_000));
+                            t.start_bytes = bytes.saturating_sub(hystall_common::MARK_BYTES);
+                        }
+                        t.series.push(t.start, t.start_bytes);
+                    }
+                    t.series.push(at, bytes);
+                    self.dirty = true;
+                    tracing::trace!(target_cookie = cookie, at = at.0, total = bytes, "mark");
+                }
+            }
+        }
+    }
+
+    /// A target socket was connected by `pid` at `at`.
+    pub fn connect(&mut self, cookie: u64, pid: u32, at: Mono) {
+        let t = self.targets.entry(cookie).or_insert_with(|| Target::new(pid, at));
+        t.pid = pid;
+        t.connect = Some(at);
+        // The kernel's count starts at the connect.
+        t.start = at;
+        t.start_bytes = 0;
+        t.at_connect = None;
+        self.dirty = true;
+    }
+
+    /// A flow poll arrived (the connections' last-packet times are as of `at`).
+    pub fn polled(&mut self, at: Mono) {
+        self.last_poll = Some(at);
+    }
+
+    /// The server's relay table (Clash API), replacing the previous one.
+    pub fn relays(&mut self, records: Vec<RelayRecord>) {
+        self.relays = Some(records);
+        self.relays_new = true;
+    }
+
+    /// Brings every target up to date at `now`: candidates at its connect,
+    /// links from the server's table, and what the byte rules force when
+    /// something new came; forgets closed sockets and connections.
+    pub fn tick(&mut self, now: Mono, conns: &ConnTable, socks: &SocketTable, owners: &HashMap<u16, u32>) {
+        let started = *self.started.get_or_insert(now);
+        self.adopt_orphans(now, conns);
+        self.forget(now, conns, socks);
+        for (id, cs) in self.conns.iter_mut() {
+            if let Some(c) = conns.get(*id) {
+                cs.complete = c.first_seen.since(started) > Duration::from_secs(1);
+                cs.datagrams = c.c2s.bytes[0] + c.c2s.bytes[1];
+            }
+        }
+        let owner_of = |c: &Conn| owner(c, owners);
+        if let Some(poll) = self.last_poll {
+            let window = self.cfg.connect_window;
+            let max = self.cfg.max_candidates;
+            for t in self.targets.values_mut().filter(|t| t.at_connect.is_none()) {
+                let Some(at) = t.connect.filter(|at| *at <= poll) else { continue };
+                let (cands, crowded) = connect::candidates(at, t.pid, window, max, conns, &owner_of);
+                t.at_connect = Some(cands);
+                t.crowded = crowded;
+                self.dirty = true;
+            }
+        }
+        if self.relays_new {
+            self.relays_new = false;
+            if let Some(records) = self.relays.take() {
+                let links = api::match_relays(&records, conns, socks, &self.targets);
+                for (cookie, conn) in links {
+                    let pid = socks.get(cookie).map_or(0, |s| s.k.pid);
+                    self.set_api(cookie, conn, now, pid);
+                }
+                self.relays = Some(records);
+            }
+        }
+        if self.dirty || now.since(self.last_solve) >= SOLVE_EVERY {
+            self.dirty = false;
+            self.last_solve = now;
+            self.solve(now, conns, &owner_of);
+        }
+    }
+
+    /// Runs the deduction over every target not tied for good.
+    fn solve(&mut self, now: Mono, conns: &ConnTable, owner_of: &dyn Fn(&Conn) -> Option<u32>) {
+        let mut open = std::collections::BTreeMap::new();
+        let mut linked = self.by_conn.clone();
+        for (cookie, t) in &self.targets {
+            if t.other_inbound || t.link.is_some_and(|l| l.evidence != Evidence::CONNECT_ONLY) {
+                continue;
+            }
+            // Wait for the poll that says who could have opened it.
+            if t.connect.is_some() && t.at_connect.is_none() {
+                continue;
+            }
+            let cands: Vec<u64> = match t.at_connect() {
+                Some(c) => c.to_vec(),
+                None if t.series.len() > self.cfg.min_marks => self
+                    .conns
+                    .iter()
+                    .filter(|(_, cs)| cs.last_mark >= t.start)
+                    .filter(|(id, _)| {
+                        conns.get(**id).is_some_and(|c| owner_of(c).is_none_or(|p| p == t.pid || t.pid == 0))
+                    })
+                    .map(|(id, _)| *id)
+                    .collect(),
+                None => continue,
+            };
+            // A link the connect alone made is checked again by the bytes.
+            if let Some(l) = t.link
+                && let Some(set) = linked.get_mut(&l.conn)
+            {
+                set.remove(cookie);
+            }
+            open.insert(*cookie, cands);
+        }
+        if open.is_empty() {
+            return;
+        }
+        let problem = solve::Problem {
+            conns: &self.conns,
+            targets: &self.targets,
+            linked,
+            open: open.clone(),
+            now,
+            conn_window: self.cfg.conn_window,
+        };
+        let deduced = problem.solve();
+        let tied: HashMap<u64, (u64, bool)> = deduced.into_iter().map(|(t, c, s)| (t, (c, s))).collect();
+        for (cookie, cands) in open {
+            let Some(t) = self.targets.get_mut(&cookie) else { continue };
+            if let Some(old) = t.link.take()
+                && let Some(set) = self.by_conn.get_mut(&old.conn)
+            {
+                set.remove(&cookie);
+            }
+            match tied.get(&cookie) {
+                Some(&(conn, searched)) => {
+                    let by_connect = t.at_connect().is_some_and(|c| c == [conn]);
+                    let by_bytes = searched || t.series.len() > self.cfg.min_marks;
+                    let link = Link {
+                        conn,
+                        evidence: Evidence { api: false, connect: by_connect, bytes: by_bytes || !by_connect },
+                        score: 1.0 / cands.len().max(1) as f64,
+                        since: now,
+                    };
+                    tracing::debug!(cookie, conn, ?cands, evidence = ?link.evidence.names(), "attribution: tied");
+                    t.link = Some(link);
+                    t.candidates.clear();
+                    self.by_conn.entry(conn).or_default().insert(cookie);
+                }
+                None => t.candidates = cands,
+            }
+        }
+    }
+
+    fn set_api(&mut self, cookie: u64, conn: Option<u64>, now: Mono, pid: u32) {
+        let t = self.targets.entry(cookie).or_insert_with(|| Target::new(pid, now));
+        if let Some(old) = t.link.take()
+            && let Some(set) = self.by_conn.get_mut(&old.conn)
+        {
+            set.remove(&cookie);
+        }
+        match conn {
+            Some(conn) => {
+                let prev = t.link.map(|l| l.evidence).unwrap_or_default();
+                t.link = Some(Link { conn, evidence: Evidence { api: true, ..prev }, score: 1.0, since: now });
+                t.other_inbound = false;
+                self.by_conn.entry(conn).or_default().insert(cookie);
+            }
+            None => t.other_inbound = true,
+        }
+    }
+
+    /// Flow marks that arrived before their flow joined a connection.
+    fn adopt_orphans(&mut self, now: Mono, conns: &ConnTable) {
+        if self.orphans.is_empty() {
+            return;
+        }
+        let flows: Vec<FlowId> = self.orphans.keys().copied().collect();
+        for flow in flows {
+            if let Some(id) = conns.conn_of(&flow) {
+                let (_, marks) = self.orphans.remove(&flow).unwrap_or_default();
+                let cs = self.conns.entry(id).or_insert_with(ConnSeries::new);
+                for (cpu, at, bytes) in marks {
+                    cs.mark(flow, cpu, at, bytes);
+                }
+            }
+        }
+        self.orphans.retain(|_, (first, _)| now.since(*first) < ORPHAN_FOR);
+    }
+
+    /// Forgets targets closed for a while (their bytes explain their
+    /// connection's until then), swept connections and old points.
+    fn forget(&mut self, now: Mono, conns: &ConnTable, socks: &SocketTable) {
+        for (cookie, t) in self.targets.iter_mut() {
+            let open = match socks.get(*cookie) {
+                Some(s) => s.closed.is_none() && s.k.outbound,
+                // Marks can come before the connect's event is applied.
+                None => now.since(t.born) < Duration::from_secs(5) && t.closed.is_none(),
+            };
+            if !open && t.closed.is_none() {
+                t.closed = Some(now);
+            }
+            if t.pid == 0
+                && let Some(s) = socks.get(*cookie)
+            {
+                t.pid = s.k.pid;
+            }
+        }
+        let gone: Vec<u64> = self
+            .targets
+            .iter()
+            .filter(|(_, t)| t.closed.is_some_and(|at| now.since(at) >= CLOSED_KEEP))
+            .map(|(c, _)| *c)
+            .collect();
+        for cookie in gone {
+            if let Some(t) = self.targets.remove(&cookie)
+                && let Some(l) = t.link
+                && let Some(set) = self.by_conn.get_mut(&l.conn)
+            {
+                set.remove(&cookie);
+            }
+        }
+        self.conns.retain(|id, _| conns.get(*id).is_some());
+        self.by_conn.retain(|id, set| !set.is_empty() && conns.get(*id).is_some());
+        let horizon = Mono(now.0.saturating_sub(CONN_HORIZON.as_nanos() as u64));
+        for cs in self.conns.values_mut() {
+            cs.series.forget_before(horizon);
+        }
+    }
+}
+
+/// The process serving `c` (owner of one of its server ports), when known.
+pub fn owner(c: &Conn, owners: &HashMap<u16, u32>) -> Option<u32> {
+    let pids: BTreeSet<u32> = owners.values().copied().collect();
+    c.server_ports().iter().find_map(|p| owners.get(p).copied()).or_else(|| {
+        // One process serves here: it owns every connection.
+        (pids.len() == 1).then(|| *pids.iter().next().expect("one"))
+    })
+}

@@ -1,0 +1,224 @@
+//! Which connection fed each open target, deduced from the byte rules
+//! (`fit.rs`) over all of a server's targets at once: a target whose every
+//! possible connection but one breaks a rule is that one's; what is left is
+//! searched (bounded), and a target that takes the same connection in every
+//! assignment obeying the rules is tied to it. Anything else stays open.
+//!
+//! Cost: the rules are checked per connection against its own targets only;
+//! the search runs on small groups of targets that share candidates (others
+//! are left open, never guessed).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::fit::{carried, unexplained};
+use super::{ConnSeries, Target};
+use crate::core::time::Mono;
+
+/// Largest group of open targets searched, and the search's node budget.
+const MAX_GROUP: usize = 16;
+const MAX_NODES: usize = 50_000;
+
+/// The problem: connections, targets, the links made so far, and the open
+/// targets with the connections they may belong to.
+pub struct Problem<'a> {
+    pub conns: &'a HashMap<u64, ConnSeries>,
+    pub targets: &'a HashMap<u64, Target>,
+    pub linked: HashMap<u64, BTreeSet<u64>>,
+    pub open: BTreeMap<u64, Vec<u64>>,
+    pub now: Mono,
+    pub conn_window: u64,
+}
+
+/// What the deduction found: (target, connection, by the search).
+pub type Deduced = Vec<(u64, u64, bool)>;
+
+impl Problem<'_> {
+    fn set_of(&self, conn: u64, extra: &[u64]) -> Vec<&Target> {
+        self.linked
+            .get(&conn)
+            .into_iter()
+            .flatten()
+            .chain(extra)
+            .filter_map(|c| self.targets.get(c))
+            .collect()
+    }
+
+    /// Whether `conn` can carry its linked targets plus `extra`.
+    fn carries(&self, conn: u64, extra: &[u64]) -> bool {
+        self.conns.get(&conn).is_some_and(|c| carried(c, &self.set_of(conn, extra)))
+    }
+
+    /// Whether `conn`'s bytes can be explained by its linked targets plus
+    /// `extra` (always, for a connection not seen from its start).
+    fn explained(&self, conn: u64, extra: &[u64]) -> bool {
+        self.conns
+            .get(&conn)
+            .is_none_or(|c| !c.complete || unexplained(c, &self.set_of(conn, extra), self.now, self.conn_window) == 0)
+    }
+
+    /// Ties what the rules force.
+    pub fn solve(mut self) -> Deduced {
+        let mut out = Vec::new();
+        // 1. Each open target against each of its candidates, given what is
+        //    tied already: drop those that cannot have carried it; one left →
+        //    tied, and it loads that connection for the next ones.
+        loop {
+            let mut changed = false;
+            let keys: Vec<u64> = self.open.keys().copied().collect();
+            for t in keys {
+                let cands: Vec<u64> = self.open[&t].iter().copied().filter(|c| self.carries(*c, &[t])).collect();
+                match cands.as_slice() {
+                    [] => {
+                        self.open.remove(&t);
+                    }
+                    [c] => {
+                        let c = *c;
+                        self.open.remove(&t);
+                        self.linked.entry(c).or_default().insert(t);
+                        out.push((t, c, false));
+                        changed = true;
+                    }
+                    _ => {
+                        self.open.insert(t, cands);
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        // 2. Groups of open targets that share candidates, searched.
+        for group in groups(&self.open) {
+            if group.len() <= MAX_GROUP {
+                out.extend(self.search(&group).into_iter().map(|(t, c)| (t, c, true)));
+            }
+        }
+        out
+    }
+
+    /// Every assignment of `group` that obeys both rules; a target that takes
+    /// the same connection in all of them (and there is one at least) is tied.
+    fn search(&self, group: &[u64]) -> Vec<(u64, u64)> {
+        let cands: Vec<&Vec<u64>> = group.iter().map(|t| &self.open[t]).collect();
+        let conns: BTreeSet<u64> = cands.iter().flat_map(|c| c.iter().copied()).collect();
+        let mut s = Search {
+            p: self,
+            group,
+            cands: &cands,
+            pick: vec![0; group.len()],
+            seen: vec![BTreeSet::new(); group.len()],
+            nodes: 0,
+            aborted: false,
+            solutions: 0,
+            conns: conns.into_iter().collect(),
+        };
+        s.dfs(0);
+        if s.aborted || s.solutions == 0 {
+            tracing::debug!(?group, aborted = s.aborted, solutions = s.solutions, "attribution: nothing forced");
+            return Vec::new();
+        }
+        group
+            .iter()
+            .zip(&s.seen)
+            .filter(|(_, v)| v.len() == 1)
+            .map(|(t, v)| (*t, *v.iter().next().expect("one")))
+            .collect()
+    }
+}
+
+struct Search<'a, 'p> {
+    p: &'a Problem<'p>,
+    group: &'a [u64],
+    cands: &'a [&'a Vec<u64>],
+    /// The candidate index chosen for each target so far.
+    pick: Vec<usize>,
+    /// Connections each target takes in the assignments found.
+    seen: Vec<BTreeSet<u64>>,
+    nodes: usize,
+    aborted: bool,
+    solutions: usize,
+    conns: Vec<u64>,
+}
+
+impl Search<'_, '_> {
+    fn chosen(&self, upto: usize, conn: u64) -> Vec<u64> {
+        (0..upto).filter(|&j| self.cands[j][self.pick[j]] == conn).map(|j| self.group[j]).collect()
+    }
+
+    fn dfs(&mut self, i: usize) {
+        if self.aborted {
+            return;
+        }
+        self.nodes += 1;
+        if self.nodes > MAX_NODES {
+            self.aborted = true;
+            return;
+        }
+        // Prune: a connection whose bytes stay unexplained even if every
+        // target still open that may be its were given to it.
+        for &c in &self.conns {
+            let mut extra = self.chosen(i, c);
+            extra.extend((i..self.group.len()).filter(|&j| self.cands[j].contains(&c)).map(|j| self.group[j]));
+            if !self.p.explained(c, &extra) {
+                return;
+            }
+        }
+        if i == self.group.len() {
+            self.solutions += 1;
+            for j in 0..self.group.len() {
+                self.seen[j].insert(self.cands[j][self.pick[j]]);
+            }
+            // Every target seen with two connections: nothing more to learn.
+            if self.seen.iter().all(|s| s.len() > 1) {
+                self.aborted = true;
+                self.solutions = 0;
+            }
+            return;
+        }
+        for k in 0..self.cands[i].len() {
+            self.pick[i] = k;
+            let c = self.cands[i][k];
+            let mut extra = self.chosen(i, c);
+            extra.push(self.group[i]);
+            if self.p.carries(c, &extra) {
+                self.dfs(i + 1);
+            }
+            if self.aborted {
+                return;
+            }
+        }
+    }
+}
+
+/// Open targets grouped by shared candidates (connected components).
+fn groups(open: &BTreeMap<u64, Vec<u64>>) -> Vec<Vec<u64>> {
+    let mut by_conn: HashMap<u64, Vec<u64>> = HashMap::new();
+    for (t, cands) in open {
+        for c in cands {
+            by_conn.entry(*c).or_default().push(*t);
+        }
+    }
+    let mut done: BTreeSet<u64> = BTreeSet::new();
+    let mut out = Vec::new();
+    for &t in open.keys() {
+        if done.contains(&t) {
+            continue;
+        }
+        let mut group = Vec::new();
+        let mut stack = vec![t];
+        done.insert(t);
+        while let Some(x) = stack.pop() {
+            group.push(x);
+            for c in &open[&x] {
+                for y in &by_conn[c] {
+                    if done.insert(*y) {
+                        stack.push(*y);
+                    }
+                }
+            }
+        }
+        group.sort_unstable();
+        out.push(group);
+    }
+    out
+}

@@ -1,0 +1,1 @@
+//! Unit tests of the attribution on synthetic timelines, one per rule.

@@ -1,0 +1,400 @@
+//! A node with many clients, for the attribution tests (DESIGN.md §6): one real
+//! Hysteria2 server (sing-box), several sing-box client processes (each its own
+//! QUIC connection), each with its own work — uploads into targets of one
+//! behaviour, a download, or nothing — started when its plan says, watched by
+//! `hystall watch --json --pid SERVER`.
+//!
+//! Every client has targets of its own (their own listening ports), so a target
+//! socket's remote port says whose it is; the client's UDP source ports say
+//! which of hystall's connections is its. The truth for each client comes from
+//! its side: after the uploads, does a new request through its tunnel work?
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::Proc;
+use super::singbox::{self, Behaviour, Options, SingBox, TcpTarget};
+
+/// What one client does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// N uploads into targets that never read.
+    Stall(usize),
+    /// N uploads into targets that read everything.
+    Fast(usize),
+    /// N uploads into targets that read a little, steadily.
+    Slow(usize),
+    /// A download from a target that writes (the client's uplink carries ACKs only).
+    Download,
+    /// Nothing after its start-up request.
+    Idle,
+}
+
+impl Work {
+    /// Whether the client's tunnel must be dead after the uploads, with the
+    /// lab's windows (8 MiB per stream, 20 MiB per connection: 3 stalled
+    /// streams exhaust it).
+    pub fn starves(self) -> bool {
+        matches!(self, Work::Stall(n) if n >= 3)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    pub work: Work,
+    /// When its work starts, after the watch is up.
+    pub start_after: Duration,
+    /// Bytes a second per upload (a client's uplink), or as fast as it goes.
+    pub rate: Option<u64>,
+}
+
+impl Plan {
+    pub fn new(work: Work) -> Plan {
+        Plan { work, start_after: Duration::ZERO, rate: None }
+    }
+
+    pub fn after(mut self, secs: f64) -> Plan {
+        self.start_after = Duration::from_secs_f64(secs);
+        self
+    }
+
+    pub fn rate(mut self, bytes_per_sec: u64) -> Plan {
+        self.rate = Some(bytes_per_sec);
+        self
+    }
+}
+
+/// What a run needs besides the plans.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub opts: Options,
+    /// Seconds the work runs before the tunnels are probed.
+    pub work_secs: f64,
+    /// Extra arguments for `hystall watch`.
+    pub watch_args: Vec<String>,
+    pub stall_timeout: u64,
+    /// `hystall record` into this file instead of `watch` (for replays of the
+    /// run while working on the attribution): set by `HYSTALL_NODE_RECORD=DIR`.
+    pub record: Option<std::path::PathBuf>,
+}
+
+impl Setup {
+    /// The default setup for the scenario `name`.
+    pub fn named(name: &str) -> Setup {
+        let record = std::env::var_os("HYSTALL_NODE_RECORD").map(|d| std::path::Path::new(&d).join(format!("{name}.rec")));
+        Setup { opts: Options::default(), work_secs: 12.0, watch_args: Vec::new(), stall_timeout: 3, record }
+    }
+}
+
+/// One client after the run.
+#[derive(Debug)]
+pub struct Client {
+    pub plan: Plan,
+    /// Its UDP source ports seen during the run (more than one with port hopping).
+    pub udp_ports: BTreeSet<u16>,
+    /// Ports of its own targets.
+    pub target_ports: BTreeSet<u16>,
+    /// A new request through its tunnel worked after the uploads.
+    pub tunnel_works: bool,
+    /// hystall's connections that are this client's.
+    pub conns: BTreeSet<u64>,
+}
+
+/// One `quic_starved` as the judge sees it.
+#[derive(Debug, Clone)]
+pub struct Flag {
+    pub conn: u64,
+    pub confidence: String,
+    /// Target ports of the blamed sockets (None: a socket no event described).
+    pub blamed: Vec<Option<u16>>,
+}
+
+pub struct Run {
+    pub events: Vec<Value>,
+    pub clients: Vec<Client>,
+    pub server_pid: u32,
+}
+
+/// Starts the node, runs every client's plan, probes every tunnel, and returns
+/// what hystall said and what the clients saw.
+pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
+    let opts = Options { clients: plans.len(), ..setup.opts.clone() };
+    let mut sb = SingBox::start(opts).unwrap_or_else(|e| panic!("sing-box node does not start: {e:#}"));
+    let server_pid = sb.server_pid().to_string();
+    let port = sb.server_port.to_string();
+    let timeout = setup.stall_timeout.to_string();
+    let record = setup.record.as_ref().map(|p| p.to_string_lossy().into_owned());
+    let mut args: Vec<&str> = match &record {
+        Some(file) => vec!["record", file],
+        None => vec!["watch"],
+    };
+    args.extend(["--json", "--pid", &server_pid, "--port", &port, "--stall-timeout", &timeout]);
+    args.extend(setup.watch_args.iter().map(String::as_str));
+    let mut watch = Proc::spawn(&args);
+    watch.wait_event("watch_started", Duration::from_secs(20));
+
+    // Each client's UDP source ports, sampled while it runs.
+    let ports: Arc<Mutex<Vec<BTreeSet<u16>>>> = Arc::new(Mutex::new(vec![BTreeSet::new(); plans.len()]));
+    let done = Arc::new(AtomicBool::new(false));
+    let pids: Vec<u32> = (0..plans.len()).map(|i| sb.client_pid_of(i)).collect();
+    let sampler = {
+        let (ports, done) = (ports.clone(), done.clone());
+        let server = sb.server_port;
+        let hopping = setup.opts.server_ports.is_some();
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                for (i, pid) in pids.iter().enumerate() {
+                    // Connected to the server, or unconnected (port-hopping clients).
+                    let mine: Vec<u16> = singbox::udp_sockets_of(*pid)
+                        .into_iter()
+                        .filter(|(_, r)| r.port() == 0 || r.port() == server || hopping)
+                        .map(|(l, _)| l.port())
+                        .collect();
+                    ports.lock().unwrap_or_else(|e| e.into_inner())[i].extend(mine);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let mut targets: Vec<Vec<TcpTarget>> = Vec::new();
+    let mut work: Vec<JoinHandle<()>> = Vec::new();
+    for (i, plan) in plans.iter().enumerate() {
+        let behaviour = match plan.work {
+            Work::Stall(_) => Some(Behaviour::Stall),
+            Work::Fast(_) => Some(Behaviour::Fast),
+            Work::Slow(_) => Some(Behaviour::Slow),
+            Work::Download => Some(Behaviour::Source),
+            Work::Idle => None,
+        };
+        let mine: Vec<TcpTarget> =
+            behaviour.into_iter().map(|b| TcpTarget::spawn(b).expect("target")).collect();
+        let addrs: Vec<SocketAddr> = mine.iter().map(TcpTarget::addr).collect();
+        targets.push(mine);
+        let (socks, stop, plan) = (sb.socks_of(i), stop.clone(), *plan);
+        work.push(std::thread::spawn(move || {
+            let at = start + plan.start_after;
+            while Instant::now() < at && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let n = match plan.work {
+                Work::Stall(n) | Work::Fast(n) | Work::Slow(n) => n,
+                Work::Download => 1,
+                Work::Idle => 0,
+            };
+            let progress = Arc::new(AtomicU64::new(0));
+            let threads: Vec<JoinHandle<u64>> = (0..n)
+                .map(|_| match plan.work {
+                    Work::Download => singbox::download_via(socks, addrs[0], stop.clone(), progress.clone()),
+                    _ => singbox::upload_via_rate(socks, addrs[0], stop.clone(), progress.clone(), plan.rate),
+                })
+                .collect();
+            for t in threads {
+                let _ = t.join();
+            }
+        }));
+    }
+
+    let deadline = start + Duration::from_secs_f64(setup.work_secs);
+    let mut events = watch.collect_until(deadline);
+    // The truth, from each client's side, while its uploads still hold their streams.
+    let echo = sb.echo.addr();
+    let probes: Vec<JoinHandle<bool>> = (0..plans.len())
+        .map(|i| {
+            let socks = sb.socks_of(i);
+            std::thread::spawn(move || {
+                singbox::probe_new_stream(socks, echo, Duration::from_secs(3))
+                    || singbox::probe_new_stream(socks, echo, Duration::from_secs(3))
+            })
+        })
+        .collect();
+    let works: Vec<bool> = probes.into_iter().map(|p| p.join().unwrap_or(false)).collect();
+    events.extend(watch.collect_until(Instant::now() + Duration::from_millis(500)));
+    stop.store(true, Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
+    for w in work {
+        let _ = w.join();
+    }
+    let _ = sampler.join();
+    assert!(sb.alive(), "a sing-box process died during the run\n{}", sb.logs());
+    watch.stop();
+
+    let ports = ports.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut clients: Vec<Client> = plans
+        .iter()
+        .zip(ports)
+        .zip(&targets)
+        .zip(works)
+        .map(|(((plan, udp_ports), mine), tunnel_works)| Client {
+            plan: *plan,
+            udp_ports,
+            target_ports: mine.iter().map(|t| t.addr().port()).collect(),
+            tunnel_works,
+            conns: BTreeSet::new(),
+        })
+        .collect();
+    for e in &events {
+        let (Some(conn), Some(port)) = (e["conn"].as_u64(), client_port(e)) else { continue };
+        if let Some(c) = clients.iter_mut().find(|c| c.udp_ports.contains(&port)) {
+            c.conns.insert(conn);
+        }
+    }
+    drop(targets);
+    drop(sb);
+    Run { events, clients, server_pid: server_pid.parse().unwrap_or(0) }
+}
+
+fn client_port(e: &Value) -> Option<u16> {
+    let addr: SocketAddr = e["client"].as_str()?.parse().ok()?;
+    Some(addr.port())
+}
+
+impl Run {
+    /// Target port of each socket cookie any event described.
+    fn remote_ports(&self) -> BTreeMap<u64, u16> {
+        let mut out = BTreeMap::new();
+        for e in &self.events {
+            let remote = e["remote"].as_str().and_then(|r| r.parse::<SocketAddr>().ok());
+            if let (Some(cookie), Some(r)) = (e["cookie"].as_u64(), remote) {
+                out.insert(cookie, r.port());
+            }
+            for t in e["evidence"]["targets"].as_array().into_iter().flatten() {
+                let remote = t["remote"].as_str().and_then(|r| r.parse::<SocketAddr>().ok());
+                if let (Some(cookie), Some(r)) = (t["cookie"].as_u64(), remote) {
+                    out.insert(cookie, r.port());
+                }
+            }
+        }
+        out
+    }
+
+    /// Every `quic_starved` of client `i`'s connections.
+    pub fn flags_of(&self, i: usize) -> Vec<Flag> {
+        let ports = self.remote_ports();
+        let conns = &self.clients[i].conns;
+        self.events
+            .iter()
+            .filter(|e| e["event"] == "quic_starved")
+            .filter(|e| e["conn"].as_u64().is_some_and(|c| conns.contains(&c)))
+            .map(|e| Flag {
+                conn: e["conn"].as_u64().unwrap_or(0),
+                confidence: e["confidence"].as_str().unwrap_or_default().to_owned(),
+                blamed: e["stalled"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_u64)
+                    .map(|c| ports.get(&c).copied())
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Flags on connections that are no client's (none expected).
+    pub fn orphan_flags(&self) -> Vec<&Value> {
+        let known: BTreeSet<u64> = self.clients.iter().flat_map(|c| c.conns.iter().copied()).collect();
+        self.events
+            .iter()
+            .filter(|e| e["event"] == "quic_starved")
+            .filter(|e| e["conn"].as_u64().is_none_or(|c| !known.contains(&c)))
+            .collect()
+    }
+
+    /// Checks the run against the truth: the lab starved exactly the clients
+    /// it should have (else the run proves nothing), every starved client is
+    /// flagged `likely` or better with only its own targets, at least
+    /// `need` of them, and no healthy client is flagged at all. Returns the
+    /// score line (right flags, missed, wrong) and panics with the whole story
+    /// when the verdicts are wrong.
+    pub fn judge(&self, name: &str, need: usize) -> Score {
+        let mut score = Score::default();
+        let mut story = Vec::new();
+        for (i, c) in self.clients.iter().enumerate() {
+            let flags = self.flags_of(i);
+            story.push(format!(
+                "client {i} {:?} (after {:?}, rate {:?}): udp {:?} conns {:?} tunnel_works {} flags {:?}",
+                c.plan.work, c.plan.start_after, c.plan.rate, c.udp_ports, c.conns, c.tunnel_works, flags
+            ));
+            assert_eq!(
+                c.tunnel_works,
+                !c.plan.work.starves(),
+                "{name}: the lab did not do what client {i}'s plan says (tunnel works: {}):\n{}",
+                c.tunnel_works,
+                story.join("\n")
+            );
+            assert!(!c.conns.is_empty() || matches!(c.plan.work, Work::Idle), "{name}: client {i}: no connection seen");
+            if c.plan.work.starves() {
+                score.starved += 1;
+                let best = flags.iter().rev().find(|f| f.confidence == "likely" || f.confidence == "confirmed");
+                let right = best.is_some_and(|f| {
+                    f.blamed.len() >= need && f.blamed.iter().all(|p| p.is_some_and(|p| c.target_ports.contains(&p)))
+                });
+                if right {
+                    score.right += 1;
+                    if best.is_some_and(|f| f.confidence == "confirmed") {
+                        score.confirmed += 1;
+                    }
+                } else {
+                    score.missed += 1;
+                }
+                // No flag of this client may carry another's targets.
+                score.foreign += flags
+                    .iter()
+                    .filter(|f| f.blamed.iter().any(|p| !p.is_some_and(|p| c.target_ports.contains(&p))))
+                    .count();
+            } else {
+                score.healthy += 1;
+                score.wrong += usize::from(!flags.is_empty());
+                score.foreign += flags.len();
+            }
+        }
+        score.wrong += self.orphan_flags().len();
+        eprintln!("{name}: {score}\n{}", story.join("\n"));
+        assert!(
+            score.missed == 0 && score.wrong == 0 && score.foreign == 0,
+            "{name}: {score}\n{}\nevents:\n{}",
+            story.join("\n"),
+            self.events
+                .iter()
+                .filter(|e| e["event"] != "quic_conn_opened")
+                .map(Value::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        score
+    }
+}
+
+/// Right and wrong flags over a run (the figures docs/DETECTOR.md gives).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Score {
+    pub starved: usize,
+    pub healthy: usize,
+    /// Starved clients flagged likely/confirmed with only their own targets.
+    pub right: usize,
+    pub confirmed: usize,
+    /// Starved clients not flagged so.
+    pub missed: usize,
+    /// Healthy clients flagged (any confidence), or flags on no client's connection.
+    pub wrong: usize,
+    /// Flags carrying another client's targets.
+    pub foreign: usize,
+}
+
+impl std::fmt::Display for Score {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "starved {} flagged right {} (confirmed {}) missed {}; healthy {} flagged {}; flags with foreign targets {}",
+            self.starved, self.right, self.confirmed, self.missed, self.healthy, self.wrong, self.foreign
+        )
+    }
+}
