@@ -113,6 +113,18 @@ pub struct Selection {
     /// The API's secret (sent as the Authorization header).
     #[arg(long, value_name = "SECRET", requires = "hysteria_api")]
     pub hysteria_secret: Option<String>,
+    /// The Clash API of sing-box (`experimental.clash_api`) or mihomo
+    /// (`external-controller`), e.g. http://127.0.0.1:9090: its connection
+    /// list ties each target to its QUIC connection exactly. Found by itself
+    /// in the watched servers' configs when readable.
+    #[arg(long, value_name = "URL")]
+    pub clash_api: Option<String>,
+    /// The Clash API's secret (sent as a Bearer token).
+    #[arg(long, value_name = "SECRET", requires = "clash_api")]
+    pub clash_secret: Option<String>,
+    /// Do not look for a Clash API in the watched servers' configs.
+    #[arg(long)]
+    pub no_clash_api: bool,
 }
 
 /// An inclusive UDP port range (a single port is LO = HI).

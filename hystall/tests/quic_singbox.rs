@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -43,34 +42,6 @@ fn conn_events<'a>(events: &'a [Value], name: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["event"] == name).collect()
 }
 
-/// Removes the test's nft table when dropped.
-struct NftTable(&'static str);
-
-impl NftTable {
-    /// DNAT of a UDP port range to one port, for locally generated packets (the
-    /// client and server share loopback, so the `output` hook is where it applies).
-    fn dnat(name: &'static str, range: &str, to: u16) -> anyhow::Result<NftTable> {
-        let _ = Command::new("nft").args(["delete", "table", "ip", name]).output();
-        let script = format!(
-            "table ip {name} {{\n chain out {{\n  type nat hook output priority -100;\n  ip daddr 127.0.0.1 udp dport {range} dnat to 127.0.0.1:{to}\n }}\n}}\n"
-        );
-        let out =
-            Command::new("nft").args(["-f", "-"]).stdin(std::process::Stdio::piped()).spawn().and_then(|mut c| {
-                use std::io::Write;
-                c.stdin.take().expect("stdin").write_all(script.as_bytes())?;
-                c.wait_with_output()
-            })?;
-        anyhow::ensure!(out.status.success(), "nft failed: {}", String::from_utf8_lossy(&out.stderr));
-        Ok(NftTable(name))
-    }
-}
-
-impl Drop for NftTable {
-    fn drop(&mut self) {
-        let _ = Command::new("nft").args(["delete", "table", "ip", self.0]).status();
-    }
-}
-
 #[test]
 fn a_hysteria2_upload_is_one_connection_with_matching_bytes() {
     let Some(_g) = root_or_skip("a_hysteria2_upload_is_one_connection_with_matching_bytes") else { return };
@@ -104,7 +75,7 @@ fn a_port_hopping_client_stays_one_connection() {
     if !singbox::sing_box_or_skip("a_port_hopping_client_stays_one_connection") {
         return;
     }
-    let _nft = NftTable::dnat("hystall_test_hop", "20001-20010", 20000).expect("nft DNAT rule");
+    let _nft = common::nft::NftTable::dnat("hystall_test_hop", "20001-20010", 20000).expect("nft DNAT rule");
     let mut w = watch("20000-20010");
     let mut sb = SingBox::start(Options {
         server_port: Some(20000),

@@ -1,6 +1,7 @@
 //! The live pipeline shared by `watch` and `top`: selection → kernel probes
 //! (sources) → model (core), one tick at a time. Sinks are the callers'.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -18,7 +19,7 @@ use crate::core::time::{Mono, mono_now};
 use crate::core::timeline::ModelOptions;
 use crate::sinks::enforcer::{Executor, syslog};
 use crate::sinks::recorder::Recorder;
-use crate::sources::hysteria_api;
+use crate::sources::{clash_api, hysteria_api};
 use crate::sources::live::{Live, QuicOptions};
 use crate::sources::procs::Mode;
 
@@ -27,6 +28,8 @@ use crate::sources::procs::Mode;
 pub const TICK: Duration = Duration::from_millis(200);
 /// How often the server's stream table is fetched (`--hysteria-api`).
 const API_EVERY: Duration = Duration::from_secs(2);
+/// How often the server's relay table is fetched (Clash API).
+const CLASH_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Pipeline {
     // Field order is drop order: probes detached before the lab is stopped.
@@ -37,6 +40,8 @@ pub struct Pipeline {
     lost_seen: u64,
     /// Stream tables from the server's API poller, when one runs.
     api: std::sync::mpsc::Receiver<Observation>,
+    /// The Clash APIs polled (given, or found in the watched servers' configs).
+    clash: ClashApis,
     /// `--enforce`: the rule and its hands.
     enforcer: Option<(Enforcer, Executor)>,
     /// `hystall record`: every observation and tick, to a file.
@@ -87,9 +92,26 @@ impl Pipeline {
         live.seed(mono_now(), &mut pending);
         let (api_tx, api) = std::sync::mpsc::channel();
         if let Some(url) = &sel.hysteria_api {
-            hysteria_api::spawn_poller(url.clone(), sel.hysteria_secret.clone(), API_EVERY, api_tx);
+            hysteria_api::spawn_poller(url.clone(), sel.hysteria_secret.clone(), API_EVERY, api_tx.clone());
         }
-        Ok(Pipeline { live, model, start, pending, lost_seen: 0, api, enforcer, recorder: None, options, _lab: lab })
+        let mut clash = ClashApis { tx: api_tx, polled: HashSet::new(), tried: HashSet::new(), discover: !sel.no_clash_api };
+        if let Some(url) = &sel.clash_api {
+            clash.poll(clash_api::ClashApi { base: url.clone(), secret: sel.clash_secret.clone(), pid: None });
+        }
+        clash.discover(&live.pids);
+        Ok(Pipeline {
+            live,
+            model,
+            start,
+            pending,
+            lost_seen: 0,
+            api,
+            clash,
+            enforcer,
+            recorder: None,
+            options,
+            _lab: lab,
+        })
     }
 
     /// Waits for kernel events and applies them to the model.
@@ -141,6 +163,7 @@ impl Pipeline {
         let now: Mono = mono_now();
         let targets: Vec<u64> = self.model.sockets.targets().collect();
         self.live.poll(now, &self.model.sockets.wanted(now), &targets, &mut self.pending);
+        self.clash.discover(&self.live.pids);
         self.pending.extend(self.api.try_iter());
         // Sockets whose close event was lost go as an observation, so a
         // recording replays the same.
@@ -306,5 +329,37 @@ pub async fn deadline(secs: Option<f64>) {
     match secs {
         Some(d) => tokio::time::sleep(Duration::from_secs_f64(d.max(0.0))).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The Clash APIs polled: the one given, and those found in the config of
+/// each watched process (looked for once per process).
+struct ClashApis {
+    tx: std::sync::mpsc::Sender<Observation>,
+    polled: HashSet<String>,
+    tried: HashSet<u32>,
+    discover: bool,
+}
+
+impl ClashApis {
+    fn poll(&mut self, api: clash_api::ClashApi) {
+        if self.polled.insert(api.base.clone()) {
+            tracing::info!(base = %api.base, pid = ?api.pid, "polling the Clash API for exact attribution");
+            clash_api::spawn_poller(api, CLASH_EVERY, self.tx.clone());
+        }
+    }
+
+    /// Looks in the config of every watched process not looked at yet.
+    fn discover(&mut self, pids: &HashSet<u32>) {
+        if !self.discover {
+            return;
+        }
+        for &pid in pids {
+            if self.tried.insert(pid)
+                && let Some(api) = clash_api::discover(pid)
+            {
+                self.poll(api);
+            }
+        }
     }
 }

@@ -228,9 +228,10 @@ impl Detector {
                 Confidence::Confirmed
             } else if k >= need {
                 Confidence::Likely
-            } else if k >= 1 && k + unsure >= need {
-                // Its own stalled streams fall one or more short, but targets
-                // that may be its (unattributed) would make up the rest.
+            } else if k + 1 >= need && k >= 1 && links.window_used_up(c.id, now) {
+                // Its own stalled streams fall one short, but its bytes say
+                // its window is used up all the same (a stalled stream of its
+                // that no evidence tied to it).
                 Confidence::Suspected
             } else {
                 continue;

@@ -39,6 +39,7 @@ impl Model {
             detector: Detector::new(detector),
             attribution: Attribution::new(super::attribution::Config {
                 conn_window: detector.windows.conn,
+                stream_window: detector.windows.stream,
                 ..Default::default()
             }),
             owners: HashMap::new(),
@@ -65,6 +66,7 @@ impl Model {
             }
             Observation::Owners { ports, .. } => self.owners = ports.into_iter().collect(),
             Observation::Streams { streams, .. } => self.streams = Some(streams),
+            Observation::Relays { records, .. } => self.attribution.relays(records),
             Observation::Frames { sample, .. } => self.conns.frames(*sample),
             Observation::FlowsForgotten { flows, .. } => self.conns.forgotten(&flows),
             other => self.sockets.apply(other),

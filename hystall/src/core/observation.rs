@@ -165,6 +165,19 @@ pub enum Observation {
         at: Mono,
         cookies: Vec<u64>,
     },
+    /// Flows of closed connections deleted from the kernel's flow map: their
+    /// last figures need not be remembered any more.
+    FlowsForgotten {
+        at: Mono,
+        flows: Vec<super::flows::FlowId>,
+    },
+    /// What decrypted frames show of the connection a flow belongs to
+    /// (captures with a key log), replacing the previous figures.
+    Frames {
+        at: Mono,
+        sample: Box<super::frames::FrameSample>,
+    },
+    // Format 3 (new variants go last: recordings encode the variant's index).
     /// Bytes moved so far into target sockets whose count changed since the
     /// last such read (read with the flow counters, so that the attribution
     /// compares both series at the same instants).
@@ -178,17 +191,11 @@ pub enum Observation {
         at: Mono,
         marks: Vec<ByteMark>,
     },
-    /// Flows of closed connections deleted from the kernel's flow map: their
-    /// last figures need not be remembered any more.
-    FlowsForgotten {
+    /// The server's table of relayed connections (the Clash API of sing-box
+    /// and mihomo), replacing the previous one.
+    Relays {
         at: Mono,
-        flows: Vec<super::flows::FlowId>,
-    },
-    /// What decrypted frames show of the connection a flow belongs to
-    /// (captures with a key log), replacing the previous figures.
-    Frames {
-        at: Mono,
-        sample: Box<super::frames::FrameSample>,
+        records: Vec<super::attribution::api::RelayRecord>,
     },
 }
 
@@ -206,6 +213,7 @@ impl Observation {
             | Observation::FlowsForgotten { at, .. }
             | Observation::Sends { at, .. }
             | Observation::Marks { at, .. }
+            | Observation::Relays { at, .. }
             | Observation::Streams { at, .. } => *at,
         }
     }

@@ -132,6 +132,7 @@ impl SocketTable {
             | Observation::Streams { .. }
             | Observation::Frames { .. }
             | Observation::Marks { .. }
+            | Observation::Relays { .. }
             | Observation::FlowsForgotten { .. } => {}
             Observation::SocketsGone { at, cookies } => self.apply_gone(at, cookies),
             Observation::Sends { at, sends } => self.apply_sends(at, &sends),

@@ -2,6 +2,7 @@
 
 pub mod capture;
 pub mod cgroup;
+pub mod clash_api;
 pub mod hysteria_api;
 pub mod live;
 pub mod offline;

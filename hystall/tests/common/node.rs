@@ -127,7 +127,11 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
     let opts = Options { clients: plans.len(), ..setup.opts.clone() };
     let mut sb = SingBox::start(opts).unwrap_or_else(|e| panic!("sing-box node does not start: {e:#}"));
     let server_pid = sb.server_pid().to_string();
-    let port = sb.server_port.to_string();
+    // The server's port, and the hopping range a DNAT rule forwards to it.
+    let port = match &setup.opts.server_ports {
+        Some(range) => format!("{}-{}", sb.server_port, range.split(':').next_back().unwrap_or_default()),
+        None => sb.server_port.to_string(),
+    };
     let timeout = setup.stall_timeout.to_string();
     let record = setup.record.as_ref().map(|p| p.to_string_lossy().into_owned());
     let mut args: Vec<&str> = match &record {
@@ -315,6 +319,12 @@ impl Run {
     /// score line (right flags, missed, wrong) and panics with the whole story
     /// when the verdicts are wrong.
     pub fn judge(&self, name: &str, need: usize) -> Score {
+        self.judge_with(name, need, false)
+    }
+
+    /// `judge`, and with `exact` (a server API), every starved client's flag
+    /// must be `confirmed`.
+    pub fn judge_with(&self, name: &str, need: usize, exact: bool) -> Score {
         let mut score = Score::default();
         let mut story = Vec::new();
         for (i, c) in self.clients.iter().enumerate() {
@@ -359,7 +369,7 @@ impl Run {
         score.wrong += self.orphan_flags().len();
         eprintln!("{name}: {score}\n{}", story.join("\n"));
         assert!(
-            score.missed == 0 && score.wrong == 0 && score.foreign == 0,
+            score.missed == 0 && score.wrong == 0 && score.foreign == 0 && (!exact || score.confirmed == score.right),
             "{name}: {score}\n{}\nevents:\n{}",
             story.join("\n"),
             self.events

@@ -57,13 +57,23 @@ pub fn carried(c: &ConnSeries, set: &[&Target]) -> bool {
     })
 }
 
-/// How many bytes of `c` its targets `set` leave unexplained beyond what
-/// framing, datagrams and a full receive window allow, at `now`; 0 when they
-/// explain enough. Only for a connection whose every stream was seen.
-pub fn unexplained(c: &ConnSeries, set: &[&Target], now: Mono, conn_window: u64) -> u64 {
-    let carried = c.total;
-    let into: u64 = set.iter().map(|t| took(t, now)).sum();
-    let allowed = conn_window
+/// The windows that bound what a connection can hold unread.
+#[derive(Clone, Copy, Debug)]
+pub struct Windows {
+    pub stream: u64,
+    pub conn: u64,
+}
+
+/// How many bytes `c` carried since `from` that its targets `set` leave
+/// unexplained beyond what framing, datagrams and its receive windows allow
+/// (at most a stream window per stream, and the connection window in all);
+/// 0 when they explain enough. `from` must be a moment since which every
+/// target of `c` is known (its first packet, or a horizon after attach).
+pub fn unexplained(c: &ConnSeries, set: &[&Target], from: Mono, now: Mono, w: Windows) -> u64 {
+    let carried = c.series.at(now).saturating_sub(c.series.at(from));
+    let into: u64 = set.iter().map(|t| took(t, now).saturating_sub(took(t, from))).sum();
+    let unread = w.conn.min(w.stream.saturating_mul(set.len() as u64));
+    let allowed = unread
         + (carried as f64 * FRAMING_MAX) as u64
         + c.datagrams
         + MARK_BYTES * (set.len() + c.per_cpu.len().max(1)) as u64;

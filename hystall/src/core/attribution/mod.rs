@@ -67,6 +67,8 @@ pub struct Config {
     pub min_marks: usize,
     /// The connection window: unread bytes a connection can hold at most.
     pub conn_window: u64,
+    /// The stream window: unread bytes one stream can hold at most.
+    pub stream_window: u64,
 }
 
 impl Default for Config {
@@ -76,6 +78,7 @@ impl Default for Config {
             max_candidates: 64,
             min_marks: 4,
             conn_window: 20 << 20,
+            stream_window: 8 << 20,
         }
     }
 }
@@ -182,8 +185,10 @@ struct ConnSeries {
     per_cpu: HashMap<(FlowId, u32), u64>,
     total: u64,
     last_mark: Mono,
-    /// Seen from its start (every stream it opened was seen too).
-    complete: bool,
+    /// Since when every target it fed is known (its first packet when that
+    /// came after we attached, else a horizon back once we have watched that
+    /// long); None while not yet.
+    known_from: Option<Mono>,
     /// Client bytes in packets that are not full-size (datagrams, mostly):
     /// not explained by targets.
     datagrams: u64,
@@ -196,7 +201,7 @@ impl ConnSeries {
             per_cpu: HashMap::new(),
             total: 0,
             last_mark: Mono::ZERO,
-            complete: false,
+            known_from: None,
             datagrams: 0,
         }
     }
@@ -256,6 +261,20 @@ impl Attribution {
         self.by_conn.get(&conn).into_iter().flatten().copied()
     }
 
+    /// Whether the client bytes `conn` carried that none of its linked
+    /// targets took fill its connection window (beyond framing and
+    /// datagrams): its window is used up whatever the count of its known
+    /// stalled streams. False when its targets are not all known.
+    pub fn window_used_up(&self, conn: u64, now: Mono) -> bool {
+        let Some(cs) = self.conns.get(&conn) else { return false };
+        let Some(from) = cs.known_from else { return false };
+        let set: Vec<&Target> = self.linked_to(conn).filter_map(|t| self.targets.get(&t)).collect();
+        let carried = cs.series.at(now).saturating_sub(cs.series.at(from));
+        let into: u64 = set.iter().map(|t| fit::took(t, now).saturating_sub(fit::took(t, from))).sum();
+        let framing = (carried as f64 * fit::FRAMING_MAX) as u64;
+        carried.saturating_sub(into).saturating_sub(framing + cs.datagrams) >= self.cfg.conn_window
+    }
+
     /// Targets followed, and connection series kept (for the tables' gauges).
     pub fn sizes(&self) -> (usize, usize) {
         (self.targets.len(), self.conns.len())
@@ -302,6 +321,7 @@ impl Attribution {
 
     /// A target socket was connected by `pid` at `at`.
     pub fn connect(&mut self, cookie: u64, pid: u32, at: Mono) {
+        tracing::trace!(target_cookie = cookie, at = at.0, pid, "connect");
         let t = self.targets.entry(cookie).or_insert_with(|| Target::new(pid, at));
         t.pid = pid;
         t.connect = Some(at);
@@ -332,7 +352,12 @@ impl Attribution {
         self.forget(now, conns, socks);
         for (id, cs) in self.conns.iter_mut() {
             if let Some(c) = conns.get(*id) {
-                cs.complete = c.first_seen.since(started) > Duration::from_secs(1);
+                let horizon = Mono(now.0.saturating_sub(CONN_HORIZON.as_nanos() as u64));
+                cs.known_from = if c.first_seen.since(started) > Duration::from_secs(1) {
+                    Some(c.first_seen.max(horizon))
+                } else {
+                    (now.since(started) >= CONN_HORIZON).then_some(horizon)
+                };
                 cs.datagrams = c.c2s.bytes[0] + c.c2s.bytes[1];
             }
         }
@@ -408,7 +433,7 @@ impl Attribution {
             linked,
             open: open.clone(),
             now,
-            conn_window: self.cfg.conn_window,
+            windows: fit::Windows { stream: self.cfg.stream_window, conn: self.cfg.conn_window },
         };
         let deduced = problem.solve();
         let tied: HashMap<u64, (u64, bool)> = deduced.into_iter().map(|(t, c, s)| (t, (c, s))).collect();

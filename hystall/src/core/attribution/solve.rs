@@ -26,7 +26,7 @@ pub struct Problem<'a> {
     pub linked: HashMap<u64, BTreeSet<u64>>,
     pub open: BTreeMap<u64, Vec<u64>>,
     pub now: Mono,
-    pub conn_window: u64,
+    pub windows: super::fit::Windows,
 }
 
 /// What the deduction found: (target, connection, by the search).
@@ -49,11 +49,11 @@ impl Problem<'_> {
     }
 
     /// Whether `conn`'s bytes can be explained by its linked targets plus
-    /// `extra` (always, for a connection not seen from its start).
+    /// `extra` (always, for a connection whose targets are not all known).
     fn explained(&self, conn: u64, extra: &[u64]) -> bool {
-        self.conns
-            .get(&conn)
-            .is_none_or(|c| !c.complete || unexplained(c, &self.set_of(conn, extra), self.now, self.conn_window) == 0)
+        self.conns.get(&conn).is_none_or(|c| {
+            c.known_from.is_none_or(|from| unexplained(c, &self.set_of(conn, extra), from, self.now, self.windows) == 0)
+        })
     }
 
     /// Ties what the rules force.
@@ -100,7 +100,17 @@ impl Problem<'_> {
     /// the same connection in all of them (and there is one at least) is tied.
     fn search(&self, group: &[u64]) -> Vec<(u64, u64)> {
         let cands: Vec<&Vec<u64>> = group.iter().map(|t| &self.open[t]).collect();
-        let conns: BTreeSet<u64> = cands.iter().flat_map(|c| c.iter().copied()).collect();
+        // A connection that not even every target it may have explains
+        // (its bytes went elsewhere: UDP relayed in full-size datagrams,
+        // streams to targets we never saw) says nothing here.
+        let conns: BTreeSet<u64> = cands
+            .iter()
+            .flat_map(|c| c.iter().copied())
+            .filter(|&c| {
+                let all: Vec<u64> = group.iter().zip(&cands).filter(|(_, v)| v.contains(&c)).map(|(t, _)| *t).collect();
+                self.explained(c, &all)
+            })
+            .collect();
         let mut s = Search {
             p: self,
             group,
