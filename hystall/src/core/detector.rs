@@ -376,7 +376,7 @@ fn info(
 mod tests {
     use super::*;
     use crate::core::flows::{DirCounters, FlowCounters, FlowId, HeaderSample};
-    use crate::core::observation::{Observation, SockChange, SockSample};
+    use crate::core::observation::{ByteMark, Observation, SockChange, SockSample};
     use crate::core::verdict::Thresholds;
 
     fn s(secs: f64) -> Mono {
@@ -453,11 +453,33 @@ mod tests {
                 first: Some(first),
             };
             self.conns.counters(s(at), Node::flow(client), FlowCounters { c2s, s2c });
+            self.links.polled(s(at));
+            if bulk {
+                // The kernel's byte marks of the second's client bytes, one
+                // each MARK_BYTES, spread over the second.
+                let (from, to) = ((full - 8000) * 1200, full * 1200);
+                let step = hystall_common::MARK_BYTES;
+                let marks: Vec<ByteMark> = (from / step + 1..=to / step)
+                    .map(|k| {
+                        let frac = (k * step - from) as f64 / (to - from) as f64;
+                        ByteMark::Flow { flow: Node::flow(client), cpu: 0, at: s(at - 1.0 + frac), bytes: k * step }
+                    })
+                    .collect();
+                self.links.marks(&marks, &self.conns);
+            }
         }
 
         /// A target socket of the server that got bytes until `fed_until`, then
         /// blocked for good (a never-reading target).
         fn stall_target(&mut self, cookie: u64, fed_until: f64) {
+            // Dialled two seconds before, fed 1 MiB a second until then.
+            self.links.connect(cookie, PID, s(fed_until - 2.0));
+            let marks: Vec<ByteMark> = [1.5, 0.5]
+                .iter()
+                .enumerate()
+                .map(|(i, back)| ByteMark::Send { cookie, at: s(fed_until - back), bytes: (i as u64 + 1) << 20 })
+                .collect();
+            self.links.marks(&marks, &self.conns);
             let k = SockSample {
                 cookie,
                 pid: PID,
@@ -509,8 +531,10 @@ mod tests {
             n.second(1000, t as f64, false);
             events.extend(n.tick(t as f64));
         }
-        // The targets reach the stall timeout one after the other.
-        assert_eq!(starved(&events), vec![(1, "suspected", 2), (1, "likely", 3)]);
+        // The targets reach the stall timeout one after the other; two are
+        // not enough (its bytes since before we attached are not all known,
+        // so they cannot say its window is used up).
+        assert_eq!(starved(&events), vec![(1, "likely", 3)]);
         let st = n.det.get(1).unwrap();
         assert_eq!(st.since, s(5.0), "client bulk stopped at 5 s");
         assert!(st.targets.iter().all(|(_, strength)| *strength == 1.0));
@@ -641,29 +665,53 @@ mod tests {
         assert_eq!(n.socks.counts()[2], 1, "the target itself is STALLED");
     }
 
-    #[test]
-    fn two_stalled_streams_are_suspected_and_a_third_makes_it_likely() {
-        let mut n = Node::new();
-        n.connect(1000, 0.0);
-        for t in 1..=4 {
+    /// A client first seen after we attached, 38 MB up in 4 s, then quiet.
+    fn whole_upload(n: &mut Node, secs: u64) {
+        n.tick(0.0);
+        n.connect(1000, 1.5);
+        for t in 2..2 + secs {
             n.second(1000, t as f64, true);
             n.tick(t as f64);
         }
-        n.stall_target(1, 3.0);
-        n.stall_target(2, 4.0);
+    }
+
+    #[test]
+    fn two_stalled_streams_are_suspected_when_its_bytes_fill_the_window_and_a_third_makes_it_likely() {
+        let mut n = Node::new();
+        whole_upload(&mut n, 4);
+        n.stall_target(1, 4.0);
+        n.stall_target(2, 5.0);
         let mut events = Vec::new();
-        for t in 5..=15 {
+        for t in 6..=16 {
             n.second(1000, t as f64, false);
             events.extend(n.tick(t as f64));
         }
+        // 38 MB carried, 4 MB of it into the two targets: more than the
+        // 20 MiB window is pinned by something, one stream short of likely.
         assert_eq!(starved(&events), vec![(1, "suspected", 2)]);
-        n.stall_target(3, 4.0);
+        n.stall_target(3, 5.0);
         let mut more = Vec::new();
-        for t in 16..=20 {
+        for t in 17..=21 {
             n.second(1000, t as f64, false);
             more.extend(n.tick(t as f64));
         }
         assert_eq!(starved(&more), vec![(1, "likely", 3)], "emitted again when the confidence rises");
+    }
+
+    #[test]
+    fn two_stalled_streams_whose_bytes_fit_in_the_window_are_not_flagged() {
+        let mut n = Node::new();
+        // 19 MB carried, 4 MB of it into the targets: 15 MB pinned, less
+        // than the connection window: new streams still get credit.
+        whole_upload(&mut n, 2);
+        n.stall_target(1, 3.0);
+        n.stall_target(2, 3.0);
+        let mut events = Vec::new();
+        for t in 4..=20 {
+            n.second(1000, t as f64, false);
+            events.extend(n.tick(t as f64));
+        }
+        assert!(starved(&events).is_empty(), "{:?}", starved(&events));
     }
 
     #[test]

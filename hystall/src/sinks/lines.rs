@@ -69,7 +69,7 @@ fn starved_line(tag: &str, s: &StarvedInfo) -> String {
     let targets: Vec<String> = e
         .targets
         .iter()
-        .map(|t| format!("{} ({:.0}%)", t.remote.as_deref().unwrap_or("?"), t.strength * 100.0))
+        .map(|t| format!("{} (by {})", t.remote.as_deref().unwrap_or("?"), t.evidence.join("+")))
         .collect();
     format!(
         concat!(

@@ -22,9 +22,12 @@ pub fn candidates(
     owner_of: &dyn Fn(&Conn) -> Option<u32>,
 ) -> (Vec<u64>, bool) {
     let from = Mono(at.0.saturating_sub(window.as_nanos() as u64));
+
     let mut out: Vec<(Mono, u64)> = conns
         .iter()
-        .filter(|c| c.closed.is_none() && c.first_seen <= at)
+        // Its first client packet, as the kernel stamped it (the connection
+        // itself may be set up from a later poll or sample).
+        .filter(|c| c.closed.is_none() && c.c2s.first.unwrap_or(c.first_seen).min(c.first_seen) <= at)
         .filter(|c| c.c2s.last_any().is_some_and(|t| t >= from))
         .filter(|c| owner_of(c).is_none_or(|p| p == pid || pid == 0))
         .map(|c| (c.c2s.last_any().unwrap_or_default(), c.id))

@@ -368,6 +368,7 @@ impl Attribution {
             for t in self.targets.values_mut().filter(|t| t.at_connect.is_none()) {
                 let Some(at) = t.connect.filter(|at| *at <= poll) else { continue };
                 let (cands, crowded) = connect::candidates(at, t.pid, window, max, conns, &owner_of);
+                tracing::debug!(at = at.0, pid = t.pid, ?cands, crowded, "attribution: at connect");
                 t.at_connect = Some(cands);
                 t.crowded = crowded;
                 self.dirty = true;

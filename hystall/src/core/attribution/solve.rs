@@ -45,7 +45,13 @@ impl Problem<'_> {
 
     /// Whether `conn` can carry its linked targets plus `extra`.
     fn carries(&self, conn: u64, extra: &[u64]) -> bool {
-        self.conns.get(&conn).is_some_and(|c| carried(c, &self.set_of(conn, extra)))
+        let set = self.set_of(conn, extra);
+        match self.conns.get(&conn) {
+            Some(c) => carried(c, &set),
+            // No byte marks of it: it carried less than a mark, so only
+            // targets that took less than one can be its.
+            None => set.iter().all(|t| t.marks() <= 1),
+        }
     }
 
     /// Whether `conn`'s bytes can be explained by its linked targets plus

@@ -13,7 +13,7 @@ use crate::sinks::lines::human_bytes;
 
 use super::history::{C2S_BULK, C2S_SMALL, History, S2C_BULK, S2C_SMALL};
 use super::theme::Theme;
-use super::view::{ConnRow, Params, SockRow};
+use super::view::{ConnRow, LinkView, Params, SockRow};
 use super::{fmt_age, fmt_secs};
 
 /// What the detail view shows.
@@ -70,9 +70,9 @@ pub fn conn_evidence(r: &ConnRow, p: &Params) -> Vec<String> {
                     .iter()
                     .map(|t| {
                         format!(
-                            "{} ({:.0}%, no progress {}, {} unsent)",
+                            "{} (by {}, no progress {}, {} unsent)",
                             t.remote,
-                            t.strength * 100.0,
+                            t.evidence,
                             fmt_secs(t.no_progress_s),
                             t.unsent.map_or_else(|| "?".into(), human_bytes)
                         )
@@ -151,8 +151,18 @@ pub fn sock_evidence(r: &SockRow, p: &Params) -> Vec<String> {
         human_bytes(s.send_bytes),
         human_bytes(s.acked_bytes)
     ));
-    if let Some((c, strength)) = r.conn {
-        out.push(format!("Holds starved QUIC connection {c} (attribution {:.0}%).", strength * 100.0));
+    match &r.conn {
+        Some(LinkView::Linked(c, evidence)) => {
+            out.push(format!("Fed by QUIC connection {c} (linked by {evidence})."))
+        }
+        Some(LinkView::Unattributed(cands)) => {
+            let cands: Vec<String> = cands.iter().map(u64::to_string).collect();
+            out.push(format!(
+                "Unattributed: no evidence tells which QUIC connection fed it (it may be {}); it counts for none.",
+                cands.join(", ")
+            ))
+        }
+        None => {}
     }
     if !r.action.is_empty() {
         out.push(format!("Action taken: {}.", r.action));

@@ -10,7 +10,7 @@ use crate::sinks::lines::human_bytes;
 use super::conns::Pane;
 use super::fmt_age;
 use super::theme::Theme;
-use super::view::SockRow;
+use super::view::{LinkView, SockRow};
 
 pub fn draw(f: &mut Frame, area: Rect, p: &Pane<SockRow>, all: usize, theme: &Theme) {
     let header = Row::new([
@@ -40,7 +40,11 @@ pub fn draw(f: &mut Frame, area: Rect, p: &Pane<SockRow>, all: usize, theme: &Th
             Cell::from(if s.blocked_ms > 0 { fmt_age(s.blocked_ms as f64 / 1000.0) } else { "-".into() }),
             Cell::from(s.failed_sends.to_string()),
             Cell::from(verdict),
-            Cell::from(r.conn.map_or_else(|| "-".into(), |(c, _)| c.to_string())),
+            Cell::from(match &r.conn {
+                Some(LinkView::Linked(c, _)) => c.to_string(),
+                Some(LinkView::Unattributed(_)) => "?".into(),
+                None => "-".into(),
+            }),
             Cell::from(if r.action.is_empty() { "-".to_string() } else { r.action.clone() }),
         ]);
         if selected {

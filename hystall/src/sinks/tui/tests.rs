@@ -120,6 +120,12 @@ impl Node {
         }
     }
 
+    /// The server dials a target (CLOSE → SYN_SENT).
+    fn dial(&mut self, cookie: u64, remote: &str, at: f64) {
+        let k = Node::socket(cookie, remote);
+        self.model.apply(Observation::Sock { at: s(at), change: SockChange::State { old: 7, new: 2 }, sample: k });
+    }
+
     /// A target that got bytes until `fed_until`, then blocked for good.
     fn stall_target(&mut self, cookie: u64, remote: &str, fed_until: f64) {
         let mut k = Node::socket(cookie, remote);
@@ -168,20 +174,25 @@ impl Node {
     }
 }
 
+const TARGETS: [&str; 4] = ["93.184.216.34:443", "93.184.216.35:443", "151.101.1.69:443", "140.82.121.4:443"];
+
 /// Client 1 (port 50001) uploads into 4 targets that stop reading; client 2
 /// (50002) keeps uploading; a healthy target and a slow one beside them.
 fn starved_node() -> Node {
     let mut n = Node::new();
     n.connect(50001, T0);
-    n.connect(50002, T0);
+    // Client 1 asks for its four targets before client 2 comes: the
+    // connects tie them to it.
+    for (i, remote) in TARGETS.iter().enumerate() {
+        n.dial(i as u64 + 1, remote, T0 + 0.5);
+    }
+    n.connect(50002, T0 + 0.8);
     for t in 1..=6 {
         let at = T0 + t as f64;
         n.second(at, |_| true);
         n.tick(at);
     }
-    for (i, remote) in
-        ["93.184.216.34:443", "93.184.216.35:443", "151.101.1.69:443", "140.82.121.4:443"].iter().enumerate()
-    {
+    for (i, remote) in TARGETS.iter().enumerate() {
         n.stall_target(i as u64 + 1, remote, T0 + 5.0 + i as f64 * 0.3);
     }
     n.ok_target(10, "8.8.8.8:853", T0 + 6.0);
@@ -225,7 +236,7 @@ fn detail_of_a_stalled_socket() {
     let term = n.draw(160, 40, T0 + 20.0);
     let text = format!("{}", term.backend());
     assert!(text.contains("STALLED: the writer has been blocked"), "{text}");
-    assert!(text.contains("Holds starved QUIC connection 1"), "{text}");
+    assert!(text.contains("Fed by QUIC connection 1 (linked by connect)"), "{text}");
 }
 
 #[test]

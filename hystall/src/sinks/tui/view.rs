@@ -120,7 +120,8 @@ impl Params {
 pub struct TargetRow {
     pub cookie: u64,
     pub remote: String,
-    pub strength: f64,
+    /// What links it to the connection (`connect+bytes`, `api`...).
+    pub evidence: String,
     pub no_progress_s: f64,
     pub unsent: Option<u32>,
 }
@@ -175,12 +176,12 @@ impl ConnRow {
             targets: st
                 .targets
                 .iter()
-                .map(|&(cookie, strength)| {
+                .map(|&(cookie, _)| {
                     let s = model.sockets.get(cookie);
                     TargetRow {
                         cookie,
                         remote: s.and_then(|s| s.remote()).map_or_else(|| "?".into(), |a| a.to_string()),
-                        strength,
+                        evidence: model.attribution.link(cookie).map(|l| l.evidence.names().join("+")).unwrap_or_default(),
                         no_progress_s: s
                             .and_then(|s| s.progress().no_progress_since())
                             .map_or(0.0, |q| now.since(q).as_secs_f64()),
@@ -190,8 +191,8 @@ impl ConnRow {
                 .collect(),
         });
         let starved = starved.map(|mut s| {
-            // Strongest first; the detector's order is a hash map's.
-            s.targets.sort_by(|a, b| b.strength.total_cmp(&a.strength).then(a.cookie.cmp(&b.cookie)));
+            // The detector's order is a hash map's.
+            s.targets.sort_by_key(|t| t.cookie);
             s
         });
         ConnRow {
@@ -246,17 +247,17 @@ pub fn sort_conns(rows: &mut [ConnRow], sort: ConnSort) {
 pub struct SockRow {
     pub info: SocketInfo,
     pub verdict: Verdict,
-    /// The starved connection this target is attributed to, and the strength.
-    pub conn: Option<(u64, f64)>,
+    /// The QUIC connection this target is linked to, or its candidates.
+    pub conn: Option<LinkView>,
     pub action: String,
 }
 
 impl SockRow {
-    pub fn build(s: &Socket, now: Mono, conn_of: &HashMap<u64, (u64, f64)>, actions: &HashMap<u64, String>) -> Self {
+    pub fn build(s: &Socket, now: Mono, conn_of: &HashMap<u64, LinkView>, actions: &HashMap<u64, String>) -> Self {
         SockRow {
             info: s.info(now),
             verdict: s.verdict,
-            conn: conn_of.get(&s.k.cookie).copied(),
+            conn: conn_of.get(&s.k.cookie).cloned(),
             action: actions.get(&s.k.cookie).cloned().unwrap_or_default(),
         }
     }
@@ -343,9 +344,30 @@ pub fn sort_keys<T>(items: &mut [T], sort: SockSort, key: impl Fn(&T) -> SockKey
     });
 }
 
-/// Stalled target → (starved connection, strength).
-pub fn conn_of(model: &Model) -> HashMap<u64, (u64, f64)> {
-    model.detector.starved().flat_map(|st| st.targets.iter().map(move |&(c, s)| (c, (st.conn, s)))).collect()
+/// What the attribution says of a target socket.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LinkView {
+    /// Its QUIC connection, and the evidence that links it (`connect+bytes`).
+    Linked(u64, String),
+    /// No evidence tells which of these connections fed it.
+    Unattributed(Vec<u64>),
+}
+
+/// Target socket → its link, for the targets the attribution follows.
+pub fn conn_of(model: &Model) -> HashMap<u64, LinkView> {
+    model
+        .sockets
+        .iter()
+        .filter_map(|s| {
+            let t = model.attribution.target(s.k.cookie)?;
+            let v = match &t.link {
+                Some(l) => LinkView::Linked(l.conn, l.evidence.names().join("+")),
+                None if !t.maybe().is_empty() => LinkView::Unattributed(t.maybe().to_vec()),
+                None => return None,
+            };
+            Some((s.k.cookie, v))
+        })
+        .collect()
 }
 
 pub fn counts(model: &Model, now: Mono, p: &Params) -> Counts {
