@@ -19,9 +19,9 @@ use crate::core::time::{Mono, mono_now};
 use crate::core::timeline::ModelOptions;
 use crate::sinks::enforcer::{Executor, syslog};
 use crate::sinks::recorder::Recorder;
-use crate::sources::{clash_api, hysteria_api};
 use crate::sources::live::{Live, QuicOptions};
 use crate::sources::procs::Mode;
+use crate::sources::{clash_api, hysteria_api};
 
 /// How often verdicts are re-judged: the latency of `socket_stalled` after the
 /// timeout expires is at most this.
@@ -94,7 +94,8 @@ impl Pipeline {
         if let Some(url) = &sel.hysteria_api {
             hysteria_api::spawn_poller(url.clone(), sel.hysteria_secret.clone(), API_EVERY, api_tx.clone());
         }
-        let mut clash = ClashApis { tx: api_tx, polled: HashSet::new(), tried: HashSet::new(), discover: !sel.no_clash_api };
+        let mut clash =
+            ClashApis { tx: api_tx, polled: HashSet::new(), tried: HashSet::new(), discover: !sel.no_clash_api };
         if let Some(url) = &sel.clash_api {
             clash.poll(clash_api::ClashApi { base: url.clone(), secret: sel.clash_secret.clone(), pid: None });
         }

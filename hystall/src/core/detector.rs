@@ -214,11 +214,8 @@ impl Detector {
             // Never saw client bulk since we attached: it stopped before that.
             let bulk = c.last_bulk(Dir::C2s).unwrap_or(c.first_seen);
             let quiet = now.since(bulk) >= cfg.bulk_quiet;
-            let targets: Vec<(u64, Link)> = links
-                .linked_to(c.id)
-                .filter(|t| stalled(*t))
-                .filter_map(|t| links.link(t).map(|l| (t, *l)))
-                .collect();
+            let targets: Vec<(u64, Link)> =
+                links.linked_to(c.id).filter(|t| stalled(*t)).filter_map(|t| links.link(t).map(|l| (t, *l))).collect();
             let k = targets.len();
             let exact = targets.iter().filter(|(_, l)| l.evidence.api).count();
             let unsure = maybe.get(&c.id).copied().unwrap_or(0);
@@ -500,7 +497,14 @@ mod tests {
             let mut out = self.socks.tick(s(at));
             self.conns.tick(s(at));
             self.links.tick(s(at), &self.conns, &self.socks, &self.owners);
-            out.extend(self.det.tick(s(at), &self.conns, &self.socks, &self.links, &self.owners, self.streams.as_deref()));
+            out.extend(self.det.tick(
+                s(at),
+                &self.conns,
+                &self.socks,
+                &self.links,
+                &self.owners,
+                self.streams.as_deref(),
+            ));
             out.into_iter().filter(|e| matches!(e.event, Event::QuicStarved(_) | Event::QuicRecovered(_))).collect()
         }
     }

@@ -44,7 +44,9 @@ pub struct Header {
 pub enum RecordingError {
     #[error("not a hystall recording (the file starts with {0:02x?})")]
     Magic(Vec<u8>),
-    #[error("recording format {found} is not supported (this hystall reads formats {OLDEST_FORMAT} to {FORMAT_VERSION})")]
+    #[error(
+        "recording format {found} is not supported (this hystall reads formats {OLDEST_FORMAT} to {FORMAT_VERSION})"
+    )]
     Version { found: u32 },
     #[error("corrupt recording at byte {offset}: {what}")]
     Corrupt { offset: u64, what: String },

@@ -29,4 +29,3 @@ impl Drop for NftTable {
         let _ = Command::new("nft").args(["delete", "table", "ip", self.0]).status();
     }
 }
-

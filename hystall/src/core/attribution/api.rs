@@ -47,6 +47,9 @@ impl RelayRecord {
     }
 }
 
+/// An open target socket a record may be: (cookie, remote IP, pid, start, bytes sent).
+type Candidate = (u64, IpAddr, u32, Mono, u64);
+
 /// (target cookie, its connection) for each record matched to a target
 /// socket; the connection is None when the record's inbound is not a QUIC
 /// one (the target belongs to no QUIC connection). A record of a QUIC inbound
@@ -58,7 +61,7 @@ pub fn match_relays(
     targets: &HashMap<u64, Target>,
 ) -> Vec<(u64, Option<u64>)> {
     // Candidate sockets by destination port (a record's port is always known).
-    let mut by_port: HashMap<u16, Vec<(u64, IpAddr, u32, Mono, u64)>> = HashMap::new();
+    let mut by_port: HashMap<u16, Vec<Candidate>> = HashMap::new();
     for s in socks.iter().filter(|s| s.closed.is_none() && s.k.outbound) {
         let Some(remote) = s.remote() else { continue };
         let start = targets.get(&s.k.cookie).and_then(|t| t.connect).or(s.k.first_seen).unwrap_or_default();

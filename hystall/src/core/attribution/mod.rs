@@ -223,6 +223,10 @@ impl ConnSeries {
     }
 }
 
+/// Flow marks waiting for their flow's connection: when the first came, and
+/// each (CPU, time, count).
+type Orphans = (Mono, Vec<(u32, Mono, u64)>);
+
 #[derive(Default)]
 pub struct Attribution {
     pub cfg: Config,
@@ -230,7 +234,7 @@ pub struct Attribution {
     targets: HashMap<u64, Target>,
     /// Targets linked to each connection.
     by_conn: HashMap<u64, BTreeSet<u64>>,
-    orphans: HashMap<FlowId, (Mono, Vec<(u32, Mono, u64)>)>,
+    orphans: HashMap<FlowId, Orphans>,
     /// The last flow poll (the connections' last-packet times are as of then).
     last_poll: Option<Mono>,
     /// The server's relay table, when an API gives it (replaced each time).

@@ -34,13 +34,7 @@ pub type Deduced = Vec<(u64, u64, bool)>;
 
 impl Problem<'_> {
     fn set_of(&self, conn: u64, extra: &[u64]) -> Vec<&Target> {
-        self.linked
-            .get(&conn)
-            .into_iter()
-            .flatten()
-            .chain(extra)
-            .filter_map(|c| self.targets.get(c))
-            .collect()
+        self.linked.get(&conn).into_iter().flatten().chain(extra).filter_map(|c| self.targets.get(c)).collect()
     }
 
     /// Whether `conn` can carry its linked targets plus `extra`.

@@ -152,9 +152,7 @@ pub fn sock_evidence(r: &SockRow, p: &Params) -> Vec<String> {
         human_bytes(s.acked_bytes)
     ));
     match &r.conn {
-        Some(LinkView::Linked(c, evidence)) => {
-            out.push(format!("Fed by QUIC connection {c} (linked by {evidence})."))
-        }
+        Some(LinkView::Linked(c, evidence)) => out.push(format!("Fed by QUIC connection {c} (linked by {evidence}).")),
         Some(LinkView::Unattributed(cands)) => {
             let cands: Vec<String> = cands.iter().map(u64::to_string).collect();
             out.push(format!(

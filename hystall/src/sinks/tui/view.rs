@@ -181,7 +181,11 @@ impl ConnRow {
                     TargetRow {
                         cookie,
                         remote: s.and_then(|s| s.remote()).map_or_else(|| "?".into(), |a| a.to_string()),
-                        evidence: model.attribution.link(cookie).map(|l| l.evidence.names().join("+")).unwrap_or_default(),
+                        evidence: model
+                            .attribution
+                            .link(cookie)
+                            .map(|l| l.evidence.names().join("+"))
+                            .unwrap_or_default(),
                         no_progress_s: s
                             .and_then(|s| s.progress().no_progress_since())
                             .map_or(0.0, |q| now.since(q).as_secs_f64()),
