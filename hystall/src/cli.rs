@@ -184,6 +184,10 @@ pub struct LabSide {
     /// With --lab: how the lab's targets behave.
     #[arg(long, value_enum, value_name = "B", default_value_t = Behaviour::Stall, requires = "lab")]
     pub lab_target: Behaviour,
+    /// With --lab: one more lab client (repeatable), `BEHAVIOUR:N[@SECS]` or `idle`
+    /// (see `hystall lab --client`).
+    #[arg(long = "lab-client", value_name = "SPEC", requires = "lab")]
+    pub lab_clients: Vec<String>,
 }
 
 /// `--enforce`: the upstream fix's rule, applied from outside.
@@ -328,6 +332,11 @@ pub struct LabArgs {
     /// Seconds between the ready line and the start of the uploads.
     #[arg(long, value_name = "SECS", default_value_t = 0.0)]
     pub delay: f64,
+    /// One more client (repeatable), its own QUIC connection: `BEHAVIOUR:N[@SECS]`
+    /// (N uploads into targets of its own, SECS after the main uploads) or `idle`;
+    /// e.g. `--client stall:4@3 --client fast:2 --client idle`.
+    #[arg(long = "client", value_name = "SPEC")]
+    pub clients: Vec<crate::lab::quic::clients::ClientSpec>,
     /// One JSON object per line (lab_ready, lab_target_connected, lab_target_closed,
     /// lab_probe, lab_done).
     #[arg(long)]

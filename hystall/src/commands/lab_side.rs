@@ -28,6 +28,7 @@ impl LabChild {
             // Uploads start once the monitor is attached: the timeline then
             // shows client bulk flowing, and the moment it stops.
             .args(["--delay", "1.5"])
+            .args(opts.lab_clients.iter().flat_map(|c| ["--client", c.as_str()]))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -32,6 +32,7 @@
 
 pub mod churn;
 pub mod client;
+pub mod clients;
 pub mod echo;
 pub mod proxy;
 pub mod tls;
@@ -79,6 +80,8 @@ pub struct QuicLabConfig {
     /// Wait this long after the ready line before the uploads start (so that a
     /// watcher started by the ready line sees the bulk, then its stop).
     pub delay: Duration,
+    /// More clients, each its own QUIC connection with its own work.
+    pub clients: Vec<clients::ClientSpec>,
 }
 
 impl Default for QuicLabConfig {
@@ -93,6 +96,7 @@ impl Default for QuicLabConfig {
             probe_timeout: Duration::from_secs(2),
             chunk: 64 * 1024,
             delay: Duration::ZERO,
+            clients: Vec::new(),
         }
     }
 }
@@ -105,6 +109,10 @@ impl Default for QuicLabConfig {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum LabEvent {
     LabReady(Ready),
+    /// One more client (`--client`), after the ready line.
+    LabClient(clients::ClientInfo),
+    /// A probe round of one more client: does a new stream through it work?
+    LabClientProbe(clients::ClientProbe),
     LabTargetConnected(TargetSocket),
     LabTargetClosed(TargetSocket),
     LabProbe(ProbeRound),
@@ -226,6 +234,7 @@ fn config_from_args(args: &LabArgs) -> anyhow::Result<QuicLabConfig> {
         probe_every: secs(args.probe_every, "--probe-every")?,
         probe_timeout: secs(args.probe_timeout, "--probe-timeout")?,
         delay: secs(args.delay, "--delay")?,
+        clients: args.clients.clone(),
         ..QuicLabConfig::default()
     })
 }
@@ -275,6 +284,34 @@ pub async fn run_lab_until(
         probe_timeout: cfg.probe_timeout.as_secs_f64(),
     }));
 
+    let shared = clients::Shared {
+        server: connect_addr(proxy.addr()),
+        echo: echo.addr(),
+        chunk: cfg.chunk,
+        probe_every: cfg.probe_every,
+        probe_timeout: cfg.probe_timeout,
+    };
+    let (client_probes_tx, mut client_probes) = mpsc::unbounded_channel();
+    let mut extra = Vec::new();
+    for (i, spec) in cfg.clients.iter().enumerate() {
+        let c = clients::start(
+            i + 1,
+            spec,
+            &shared,
+            identity.client_crypto(None)?,
+            transport(true),
+            cfg.delay,
+            client_probes_tx.clone(),
+            since,
+        )
+        .await
+        .with_context(|| format!("starting lab client {}", i + 1))?;
+        events(LabEvent::LabClient(c.info.clone()));
+        extra.push(c);
+    }
+    let names: Vec<(SocketAddr, &'static str)> =
+        extra.iter().filter_map(|c| c.info.target_addr.map(|a| (a, c.info.behaviour))).collect();
+
     if !cfg.delay.is_zero() {
         tokio::time::sleep(cfg.delay).await;
     }
@@ -290,7 +327,12 @@ pub async fn run_lab_until(
     let abort_prober = AbortOnDrop(prober);
 
     let target_name = targets::behaviour_name(cfg.target);
-    let name_of = |remote: SocketAddr| if remote == echo.addr() { "echo" } else { target_name };
+    let name_of = |remote: SocketAddr| {
+        if remote == echo.addr() {
+            return "echo";
+        }
+        names.iter().find(|(a, _)| *a == remote).map_or(target_name, |(_, n)| n)
+    };
     let (mut rounds, mut stream_ok, mut datagram_ok) = (0u64, 0u64, 0u64);
     let deadline = async {
         match cfg.duration {
@@ -311,6 +353,7 @@ pub async fn run_lab_until(
                     t: since(), stream, target: name_of(remote), local, remote, error,
                 }),
             }),
+            Some(p) = client_probes.recv() => events(LabEvent::LabClientProbe(p)),
             Some(round) = probes.recv() => {
                 let round: ProbeRound = round;
                 rounds += 1;
@@ -330,6 +373,9 @@ pub async fn run_lab_until(
         datagram_ok,
     }));
     drop((abort_prober, uploads)); // stops probing and writing
+    for c in extra {
+        c.close().await;
+    }
     client.close().await;
     drop(proxy);
     drop((target, echo));
@@ -474,6 +520,23 @@ fn text(ev: &LabEvent) -> String {
             s.local,
             s.remote,
             s.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+        ),
+        LabEvent::LabClient(c) => format!(
+            "client {}: {} on UDP {}, {} upload(s) into the {} target {} from +{:.1}s",
+            c.index,
+            c.behaviour,
+            c.client,
+            c.uploads,
+            c.behaviour,
+            c.target_addr.map_or_else(|| "-".into(), |a| a.to_string()),
+            c.after
+        ),
+        LabEvent::LabClientProbe(p) => format!(
+            "{:7.1}s  client {}: new stream {}  datagram {}",
+            p.t,
+            p.index,
+            if p.stream_ok { "ok" } else { "FAILED" },
+            if p.datagram_ok { "ok" } else { "FAILED" }
         ),
         LabEvent::LabProbe(p) => {
             let stream = if p.stream_ok {
