@@ -80,6 +80,7 @@ impl Pipeline {
             all_processes: !mode.filters(),
             stall_timeout_ms: options.stall_timeout_ms,
             probes: live.probe_status().to_vec(),
+            quic: Some(live.quic_ports("start")),
         };
         // The same model a recording of this run replays with.
         let model = options.model();
@@ -160,6 +161,10 @@ impl Pipeline {
             self.lost_seen = lost;
         }
         let mut events = self.model.tick(now);
+        if let Some(info) = self.live.take_ports_change() {
+            tracing::info!("QUIC server ports: {} ({})", info.summary(), info.reason);
+            events.push(Stamped { at: now, event: Event::QuicPortsChanged(info) });
+        }
         // Bounded kernel flow map: the flows of closed connections go.
         let swept = std::mem::take(&mut self.model.swept_flows);
         if !swept.is_empty() {

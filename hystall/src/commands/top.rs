@@ -256,6 +256,9 @@ fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
         processes: Vec::new(),
         probes_attached: Vec::new(),
         probes_degraded: Vec::new(),
+        probes_on_demand: Vec::new(),
+        quic_ports: String::new(),
+        quic_note: None,
         events_per_sec: 0.0,
         events_lost: 0,
         mode: format!("replay +{pos:.1}s {state} ({})", &clock.rfc3339(at)[..19]),
@@ -264,7 +267,9 @@ fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
 }
 
 fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Header {
+    use crate::sources::probes::is_waiting;
     let status = p.live.probe_status();
+    let quic = p.live.quic_ports("now");
     let mut processes: Vec<(u32, String)> =
         p.live.pids.iter().map(|&pid| (pid, crate::sources::procs::comm_of(pid).unwrap_or_default())).collect();
     processes.sort();
@@ -274,9 +279,12 @@ fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Hea
         probes_attached: status.iter().filter(|s| s.attached).map(|s| s.name.clone()).collect(),
         probes_degraded: status
             .iter()
-            .filter(|s| !s.attached)
+            .filter(|s| !s.attached && !is_waiting(s))
             .map(|s| (s.name.clone(), s.note.clone().unwrap_or_default()))
             .collect(),
+        probes_on_demand: status.iter().filter(|s| is_waiting(s)).map(|s| s.name.clone()).collect(),
+        quic_ports: quic.ports.iter().map(|p| p.port.as_str()).collect::<Vec<_>>().join(","),
+        quic_note: quic.note,
         events_per_sec,
         events_lost: p.lost(),
         mode: p.mode(),

@@ -10,4 +10,5 @@ pub mod procs;
 pub mod quic;
 pub mod replay;
 pub mod seed;
+pub mod server_ports;
 pub mod sockdiag;
