@@ -179,3 +179,19 @@ fn no_quic_server_is_said_in_watch_started() {
     let _ = sleeper.kill();
     let _ = sleeper.wait();
 }
+
+#[test]
+fn doctor_names_the_udp_ports_a_running_server_would_be_found_on() {
+    let Some(_g) = root_or_skip("doctor_names_the_udp_ports_a_running_server_would_be_found_on") else { return };
+    if !singbox::sing_box_or_skip("doctor_names_the_udp_ports_a_running_server_would_be_found_on") {
+        return;
+    }
+    let sb = server();
+    let out = Command::new(common::bin()).args(["doctor", "--json"]).output().expect("doctor");
+    assert!(out.status.success());
+    let checks: Vec<Value> = serde_json::from_slice(&out.stdout).expect("doctor --json");
+    let quic = checks.iter().find(|c| c["name"] == "QUIC servers").expect("a QUIC servers check");
+    assert_eq!(quic["status"], "ok", "{quic}");
+    let detail = quic["detail"].as_str().unwrap();
+    assert!(detail.contains("sing-box") && detail.contains(&sb.server_port.to_string()), "{detail}");
+}
