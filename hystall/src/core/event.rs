@@ -91,6 +91,10 @@ pub struct StartInfo {
     /// The QUIC server ports watched at the start (live runs; absent offline).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicPortsInfo>,
+    /// What the user should know about this run (no process selected yet,
+    /// another hystall attached, ...), one line each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The QUIC server ports watched now, and, when there is none, why.
@@ -144,7 +148,16 @@ impl StartInfo {
     /// no probes; every process unless the recording says which.
     pub fn offline(stall_timeout_ms: u64, pids: Vec<u32>, comms: Vec<String>, cgroups: Vec<String>) -> StartInfo {
         let all_processes = pids.is_empty() && comms.is_empty() && cgroups.is_empty();
-        StartInfo { pids, comms, cgroups, all_processes, stall_timeout_ms, probes: Vec::new(), quic: None }
+        StartInfo {
+            pids,
+            comms,
+            cgroups,
+            all_processes,
+            stall_timeout_ms,
+            probes: Vec::new(),
+            quic: None,
+            warnings: Vec::new(),
+        }
     }
 }
 

@@ -136,6 +136,9 @@ fn text(e: &Event) -> String {
             if let Some(q) = &i.quic {
                 s.push_str(&format!("\n          {}", q.summary()));
             }
+            for w in &i.warnings {
+                s.push_str(&format!("\n          WARNING {w}"));
+            }
             s
         }
         Event::QuicPortsChanged(q) => format!("QUIC PORTS  {} ({})", q.summary(), q.reason),

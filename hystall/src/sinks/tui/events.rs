@@ -83,6 +83,9 @@ fn describe(e: &Event) -> (&'static str, String, Severity) {
             if let Some(q) = &i.quic {
                 text.push_str(&format!("; {}", q.summary()));
             }
+            for w in &i.warnings {
+                text.push_str(&format!("; {w}"));
+            }
             let sev = if i.quic.as_ref().is_some_and(|q| q.note.is_some()) { Severity::Bad } else { Severity::Info };
             ("WATCHING", text, sev)
         }
