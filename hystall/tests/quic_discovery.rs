@@ -1,8 +1,9 @@
 //! Root end-to-end tests of QUIC server discovery without `--port`: a real
 //! Hysteria2 server (sing-box) on a port in the kernel's ephemeral range is
 //! found from the client Initials it receives, when it runs before hystall,
-//! when it starts after it, and when it restarts on another port; and a run
-//! with no QUIC server says so in `watch_started`.
+//! when it starts after it, and when it restarts on another port; a
+//! port-hopping range is taken from an nftables DNAT rule; and a run with no
+//! QUIC server says so in `watch_started`.
 
 mod common;
 
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::nft::NftTable;
 use common::singbox::{self, Behaviour, Options, SingBox, TcpTarget};
 use common::{Proc, root_or_skip};
 use serde_json::Value;
@@ -71,14 +73,15 @@ fn starve(w: &mut Proc, mut log: Vec<Value>, sb: &SingBox, secs: u64) -> Vec<Val
     log
 }
 
-/// The connection through `port` is reported and starved by the 4 stalls.
-fn assert_seen_and_starved(events: &[Value], port: u16) {
-    let opened = named(events, "quic_conn_opened");
-    let server_end = format!("127.0.0.1:{port}");
-    assert!(opened.iter().any(|e| e["server"] == server_end.as_str()), "no quic_conn_opened on {port}: {events:#?}");
+/// The connection through `ports` (the server's, or a hopping range) is
+/// reported and starved by the 4 stalls.
+fn assert_seen_and_starved(events: &[Value], ports: std::ops::RangeInclusive<u16>) {
+    let on = |e: &&&Value| {
+        e["server"].as_str().and_then(|s| s.rsplit(':').next()?.parse::<u16>().ok()).is_some_and(|p| ports.contains(&p))
+    };
+    assert!(named(events, "quic_conn_opened").iter().any(|e| on(&e)), "no quic_conn_opened on {ports:?}: {events:#?}");
     assert!(named(events, "socket_stalled").len() >= 3, "{events:#?}");
-    let starved = named(events, "quic_starved");
-    assert!(starved.iter().any(|e| e["server"] == server_end.as_str()), "no quic_starved on {port}: {events:#?}");
+    assert!(named(events, "quic_starved").iter().any(|e| on(&e)), "no quic_starved on {ports:?}: {events:#?}");
 }
 
 #[test]
@@ -105,7 +108,7 @@ fn an_ephemeral_port_server_is_found_without_port() {
     assert!(found["ports"][0]["why"].as_str().unwrap().contains("Initial"), "{found}");
     assert_eq!(found["ports"][0]["pid"].as_u64(), Some(u64::from(sb.server_pid())), "{found}");
     let events = starve(&mut w, log, &sb, 12);
-    assert_seen_and_starved(&events, port);
+    assert_seen_and_starved(&events, port..=port);
 }
 
 #[test]
@@ -129,7 +132,7 @@ fn a_server_started_after_hystall_is_found() {
     assert_eq!(ports_of(&found), [port.to_string()], "{found}");
     let before = log.len();
     let events = starve(&mut w, log, &sb, 12);
-    assert_seen_and_starved(&events, port);
+    assert_seen_and_starved(&events, port..=port);
     // The port stays a server port for the rest of the run.
     let later: Vec<&Value> = named(&events[before..], "quic_ports_changed");
     assert!(later.iter().all(|e| ports_of(e).contains(&port.to_string())), "{later:#?}");
@@ -161,7 +164,7 @@ fn a_server_restarted_on_another_port_is_followed() {
     second.add_client().expect("client");
     wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| ports_of(v).contains(&new.to_string()));
     let events = starve(&mut w, log, &second, 12);
-    assert_seen_and_starved(&events, new);
+    assert_seen_and_starved(&events, new..=new);
 }
 
 #[test]
@@ -194,4 +197,30 @@ fn doctor_names_the_udp_ports_a_running_server_would_be_found_on() {
     assert_eq!(quic["status"], "ok", "{quic}");
     let detail = quic["detail"].as_str().unwrap();
     assert!(detail.contains("sing-box") && detail.contains(&sb.server_port.to_string()), "{detail}");
+}
+
+#[test]
+fn a_port_hopping_range_is_found_from_an_nftables_dnat_rule() {
+    let test = "a_port_hopping_range_is_found_from_an_nftables_dnat_rule";
+    let Some(_g) = root_or_skip(test) else { return };
+    if !singbox::sing_box_or_skip(test) {
+        return;
+    }
+    let _nft = NftTable::dnat("hystall_test_discover_hop", "20101-20110", 20100).expect("nft DNAT rule");
+    let mut w = Proc::spawn(&["watch", "--json", "--comm", "sing-box", "--stall-timeout", TIMEOUT]);
+    w.wait_event("watch_started", Duration::from_secs(15));
+    let sb = SingBox::start(Options {
+        server_port: Some(20100),
+        server_ports: Some("20101:20110".into()),
+        hop_interval: Some("5s".into()),
+        ..Default::default()
+    })
+    .expect("sing-box");
+    let mut log = Vec::new();
+    let hop =
+        wait_ports(&mut w, &mut log, Duration::from_secs(15), |v| ports_of(v).contains(&"20101-20110".to_owned()));
+    let row = hop["ports"].as_array().unwrap().iter().find(|p| p["port"] == "20101-20110").unwrap();
+    assert!(row["why"].as_str().unwrap().contains("20100"), "{row}");
+    let events = starve(&mut w, log, &sb, 12);
+    assert_seen_and_starved(&events, 20100..=20110);
 }

@@ -38,6 +38,9 @@ const FLOWS_EVERY: Duration = Duration::from_millis(500);
 /// Flows of ports that are not (or not yet) QUIC server ports are deleted
 /// from the kernel map after this long without a packet.
 const CANDIDATE_FLOW_IDLE: Duration = Duration::from_secs(30);
+/// How often the firewall's port-hopping rules are re-read (`nft -j list
+/// ruleset`: not every rescan, rulesets can be large).
+const NFT_EVERY: Duration = Duration::from_secs(5);
 /// How often the kernel maps are counted and the socket map's keys compared
 /// with the user-side table (a walk of up to 131 072 keys: not every tick).
 pub const UPKEEP_EVERY: Duration = Duration::from_secs(10);
@@ -65,6 +68,8 @@ pub struct Live {
     /// Discovered server ports → the process serving on them.
     owners: HashMap<u16, u32>,
     last_flows: Mono,
+    /// When the firewall's rules were last read (ZERO: never).
+    last_nft: Mono,
     diag: Option<SockDiag>,
     pub mode: Mode,
     pub pids: HashSet<u32>,
@@ -114,6 +119,7 @@ impl Live {
             ports: HashSet::new(),
             owners: HashMap::new(),
             last_flows: Mono::ZERO,
+            last_nft: Mono::ZERO,
             diag,
             mode,
             pids,
@@ -164,6 +170,16 @@ impl Live {
         {
             let socks = quic::unconnected_udp(diag, &self.pids);
             self.servers.update(&socks);
+        }
+        // Port-hopping ranges point at server ports: none to read before one exists.
+        let now = crate::core::time::mono_now();
+        if self.servers.counts().0 > 0 && (self.last_nft == Mono::ZERO || now.since(self.last_nft) >= NFT_EVERY) {
+            self.last_nft = now;
+            match super::nft::read() {
+                Ok(r) => self.servers.set_redirects(r),
+                Err(super::nft::NftError::NotInstalled) => {}
+                Err(e) => tracing::debug!("port-hopping rules not read: {e}"),
+            }
         }
         let mut owners = self.servers.owners();
         // Ports named on the command line belong to the one selected process,

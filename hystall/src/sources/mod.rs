@@ -4,6 +4,7 @@ pub mod capture;
 pub mod cgroup;
 pub mod hysteria_api;
 pub mod live;
+pub mod nft;
 pub mod offline;
 pub mod probes;
 pub mod procs;

@@ -15,12 +15,17 @@
 //! client socket is never given one by the kernel), as are `--port` ones. A
 //! port promoted by an Initial stays a server while a watched process has a
 //! socket on it; when the socket goes (server stopped or moved), so does the port.
+//!
+//! Port-hopping ranges come from the firewall (`nft.rs`): ports that a DNAT or
+//! redirect rule sends to a server port are watched with it (a client's
+//! packets reach the TC ingress hook before the DNAT, still on the hop port).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 
 use hystall_common::{DIR_C2S, FlowSample};
 
+use super::nft::Redirect;
 use crate::core::event::{QuicPortInfo, QuicPortsInfo};
 use crate::core::flows::FlowId;
 use crate::core::quic::{Peek, VERSION_1, VERSION_2, VERSION_DRAFT_29};
@@ -81,6 +86,10 @@ pub struct ServerPorts {
     candidates: BTreeMap<u16, Candidate>,
     /// Inodes of sockets seen sending a first Initial: QUIC clients.
     clients: HashSet<u32>,
+    /// Firewall redirects of UDP port ranges (as last read).
+    redirects: Vec<Redirect>,
+    /// Hop ports watched: port → the server port a rule sends it to.
+    hops: BTreeMap<u16, u16>,
     /// Why the server ports changed since the last `take_change`.
     change: Option<String>,
 }
@@ -95,6 +104,8 @@ impl ServerPorts {
             servers,
             candidates: BTreeMap::new(),
             clients: HashSet::new(),
+            redirects: Vec::new(),
+            hops: BTreeMap::new(),
             change: None,
         }
     }
@@ -160,6 +171,43 @@ impl ServerPorts {
         if !why.is_empty() {
             self.note_change(why.join("; "));
         }
+        self.apply_redirects();
+    }
+
+    /// Takes in the firewall's redirects of UDP port ranges (read every few seconds).
+    pub fn set_redirects(&mut self, redirects: Vec<Redirect>) {
+        self.redirects = redirects;
+        self.apply_redirects();
+    }
+
+    /// Hop ports: those the redirects send to a server port (never a server
+    /// port itself).
+    fn apply_redirects(&mut self) {
+        let mut hops = BTreeMap::new();
+        for r in self.redirects.iter().filter(|r| self.servers.contains_key(&r.to)) {
+            for p in r.lo..=r.hi {
+                if !self.servers.contains_key(&p) {
+                    hops.insert(p, r.to);
+                }
+            }
+        }
+        if hops != self.hops {
+            let ranges = hop_ranges(&hops);
+            let why = if ranges.is_empty() {
+                "no port-hopping range any more".to_owned()
+            } else {
+                format!(
+                    "port-hopping range(s) from the firewall: {}",
+                    ranges
+                        .iter()
+                        .map(|(lo, hi, to)| format!("{} -> {to}", span(*lo, *hi)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            self.hops = hops;
+            self.note_change(why);
+        }
     }
 
     /// Candidates exist, no server port does.
@@ -176,16 +224,16 @@ impl ServerPorts {
 
     /// Ports the kernel should count: servers and candidates.
     pub fn kernel_ports(&self) -> HashSet<u16> {
-        self.servers.keys().chain(self.candidates.keys()).copied().collect()
+        self.servers.keys().chain(self.candidates.keys()).chain(self.hops.keys()).copied().collect()
     }
 
     /// (server ports, candidate ports).
     pub fn counts(&self) -> (usize, usize) {
-        (self.servers.len(), self.candidates.len())
+        (self.servers.len() + self.hops.len(), self.candidates.len())
     }
 
     pub fn is_server(&self, port: u16) -> bool {
-        self.servers.contains_key(&port)
+        self.servers.contains_key(&port) || self.hops.contains_key(&port)
     }
 
     /// Discovered server ports → the process serving on them.
@@ -198,7 +246,7 @@ impl ServerPorts {
     /// held when this sample proves it a server).
     pub fn on_sample(&mut self, s: FlowSample, flow: FlowId) -> Vec<FlowSample> {
         let port = s.key.server_port;
-        if self.servers.contains_key(&port) {
+        if self.is_server(port) {
             return vec![s];
         }
         let Some(c) = self.candidates.get_mut(&port) else { return Vec::new() };
@@ -226,6 +274,7 @@ impl ServerPorts {
                 "{port} is a QUIC server port (received a client's Initial from {})",
                 flow.client
             ));
+            self.apply_redirects();
             let mut out: Vec<FlowSample> = c.held.into();
             out.push(s);
             return out;
@@ -246,12 +295,20 @@ impl ServerPorts {
         let mut explicit: Vec<u16> = self.explicit.iter().copied().collect();
         explicit.sort_unstable();
         for (lo, hi) in ranges(&explicit) {
-            let port = if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") };
+            let port = span(lo, hi);
             let pid = self.servers.get(&lo).and_then(|(p, _)| *p);
             ports.push(QuicPortInfo { port, pid, why: Why::Explicit.text() });
         }
         for (p, (pid, why)) in self.servers.iter().filter(|(_, (_, w))| *w != Why::Explicit) {
             ports.push(QuicPortInfo { port: p.to_string(), pid: *pid, why: why.text() });
+        }
+        for (lo, hi, to) in hop_ranges(&self.hops) {
+            let pid = self.servers.get(&to).and_then(|(p, _)| *p);
+            ports.push(QuicPortInfo {
+                port: span(lo, hi),
+                pid,
+                why: format!("port hopping: a firewall rule sends it to {to}"),
+            });
         }
         let candidates: Vec<u16> = self.candidates.keys().copied().collect();
         QuicPortsInfo { note: self.note(), ports, candidates, reason }
@@ -306,6 +363,22 @@ fn bounded_insert(set: &mut HashSet<FlowId>, f: FlowId) {
 fn list(ports: &[u16]) -> String {
     let v: Vec<String> = ports.iter().map(u16::to_string).collect();
     if v.len() > 8 { format!("{}… ({} ports)", v[..8].join(","), v.len()) } else { v.join(",") }
+}
+
+fn span(lo: u16, hi: u16) -> String {
+    if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") }
+}
+
+/// Runs of consecutive hop ports sent to the same server port: (lo, hi, to).
+fn hop_ranges(hops: &BTreeMap<u16, u16>) -> Vec<(u16, u16, u16)> {
+    let mut out: Vec<(u16, u16, u16)> = Vec::new();
+    for (&p, &to) in hops {
+        match out.last_mut() {
+            Some((_, hi, t)) if *t == to && u32::from(*hi) + 1 == u32::from(p) => *hi = p,
+            _ => out.push((p, p, to)),
+        }
+    }
+    out
 }
 
 /// Consecutive runs of sorted ports.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::sources::nft::Redirect;
 use hystall_common::{AF_INET, DIR_S2C, FlowKey, SAMPLE_BYTES};
 
 use crate::sources::quic::flow_id;
@@ -176,4 +177,31 @@ fn the_note_says_why_nothing_is_watched() {
     assert!(p.note().unwrap().contains("--port"));
     let info = p.info("start".into());
     assert!(info.summary().contains("no QUIC server port"));
+}
+
+#[test]
+fn firewall_ranges_sent_to_a_server_port_are_watched_with_it() {
+    let mut p = ServerPorts::new(HashSet::new(), RANGE, true);
+    let hop = Redirect { lo: 20001, hi: 20003, to: SERVER };
+    let other = Redirect { lo: 30001, hi: 30002, to: 30000 };
+    p.update(&[sock(SERVER, 1)]);
+    p.take_change();
+    // Not a server port yet: the range waits.
+    p.set_redirects(vec![hop, other]);
+    assert!(!p.is_server(20002));
+    assert_eq!(p.take_change(), None);
+    let (s, f) = sample(key(5001, SERVER), DIR_C2S, 2, &long(VERSION_1, 0, 8, 4));
+    p.on_sample(s, f);
+    assert!(p.is_server(20001) && p.is_server(20003) && !p.is_server(30001));
+    assert!(p.kernel_ports().contains(&20002));
+    let change = p.take_change().unwrap();
+    assert!(change.contains("20001-20003 -> 40000"), "{change}");
+    let info = p.info("x".into());
+    let hop_row = info.ports.iter().find(|r| r.port == "20001-20003").expect("the range");
+    assert_eq!(hop_row.pid, Some(7));
+    assert_eq!(p.counts(), (4, 0));
+    // The server goes: its range with it.
+    p.update(&[]);
+    assert!(!p.is_server(20001));
+    assert!(p.take_change().unwrap().contains("no port-hopping range"));
 }
