@@ -36,8 +36,10 @@ const BLOCKING_CHECK_EVERY: Duration = Duration::from_secs(2);
 /// How often the flow map is read (it can hold tens of thousands of flows).
 const FLOWS_EVERY: Duration = Duration::from_millis(500);
 /// Flows of ports that are not (or not yet) QUIC server ports are deleted
-/// from the kernel map after this long without a packet.
-const CANDIDATE_FLOW_IDLE: Duration = Duration::from_secs(30);
+/// from the kernel map after this long without a packet: nothing reads them,
+/// and a busy proxy's own client sockets would otherwise fill the map. (A
+/// candidate promoted later counts a flow again from its next packet.)
+const CANDIDATE_FLOW_IDLE: Duration = Duration::from_secs(10);
 /// How often the firewall's port-hopping rules are re-read (`nft -j list
 /// ruleset`: not every rescan, rulesets can be large).
 const NFT_EVERY: Duration = Duration::from_secs(5);
@@ -293,7 +295,7 @@ impl Live {
             }
             r = marks.readable_mut() => {
                 let mut g = r?;
-                drain_marks(g.get_inner_mut(), out);
+                drain_marks(g.get_inner_mut(), servers, out);
                 g.clear_ready();
             }
             r = samples => {
@@ -490,12 +492,17 @@ fn drain_samples(ring: &mut RingBuf<MapData>, servers: &mut ServerPorts, out: &m
     }
 }
 
-fn drain_marks(ring: &mut RingBuf<MapData>, out: &mut Vec<Observation>) {
+/// Byte marks; those of flows on ports not (yet) shown to serve QUIC are
+/// dropped, as their flows are.
+fn drain_marks(ring: &mut RingBuf<MapData>, servers: &ServerPorts, out: &mut Vec<Observation>) {
     let mut marks = Vec::new();
     while let Some(item) = ring.next() {
         if item.len() >= std::mem::size_of::<Mark>() {
             // SAFETY: the kernel wrote a Mark (repr(C), Pod) of this size.
             let m: Mark = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const Mark) };
+            if m.kind == MARK_FLOW && !servers.is_server(m.flow.server_port) {
+                continue;
+            }
             let at = Mono(m.ts_ns);
             marks.push(match m.kind {
                 MARK_FLOW => ByteMark::Flow { flow: quic::flow_id(&m.flow), cpu: m.cpu, at, bytes: m.bytes },
