@@ -1,7 +1,8 @@
 //! Root end-to-end tests of QUIC server discovery without `--port`: a real
 //! Hysteria2 server (sing-box) on a port in the kernel's ephemeral range is
 //! found from the client Initials it receives, when it runs before hystall,
-//! when it starts after it, and when it restarts on another port; a
+//! when it starts after it, and when it restarts on another port; from its
+//! config when its connection was open before hystall started; a
 //! port-hopping range is taken from an nftables DNAT rule; and a run with no
 //! QUIC server says so in `watch_started`.
 
@@ -30,11 +31,14 @@ fn ephemeral() -> (u16, u16) {
     (v[0], v[1])
 }
 
-/// A server with no client yet, on a free port of the ephemeral range.
+/// A server with no client yet, on a free port of the ephemeral range. Its
+/// config file is removed once it runs: hystall must find the port from the
+/// traffic alone (a port the config names is a server port at once).
 fn server() -> SingBox {
     let sb = SingBox::start(Options { no_client: true, ..Default::default() }).expect("sing-box server");
     let (lo, hi) = ephemeral();
     assert!((lo..=hi).contains(&sb.server_port), "the harness's free port {} is ephemeral", sb.server_port);
+    std::fs::remove_file(sb.dir.join("server.json")).expect("the server's config");
     sb
 }
 
@@ -123,8 +127,11 @@ fn a_server_started_after_hystall_is_found() {
     let mut sb = server();
     let port = sb.server_port;
     let mut log = Vec::new();
-    // The server's socket becomes a candidate within a rescan or two...
-    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| candidates_of(v).contains(&u64::from(port)));
+    // The server's socket becomes a candidate within a rescan or two (or, when
+    // the rescan read its config before the test removed it, a server port)...
+    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| {
+        candidates_of(v).contains(&u64::from(port)) || ports_of(v).contains(&port.to_string())
+    });
     sb.add_client().expect("client");
     // ...and a server port at the client's Initial; the client's own socket
     // (also sing-box, also watched) is never taken for one.
@@ -149,7 +156,9 @@ fn a_server_restarted_on_another_port_is_followed() {
     let mut first = server();
     let old = first.server_port;
     let mut log = Vec::new();
-    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| candidates_of(v).contains(&u64::from(old)));
+    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| {
+        candidates_of(v).contains(&u64::from(old)) || ports_of(v).contains(&old.to_string())
+    });
     first.add_client().expect("client");
     wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| ports_of(v).contains(&old.to_string()));
     // Restart: new processes, new port.
@@ -160,7 +169,9 @@ fn a_server_restarted_on_another_port_is_followed() {
     let mut second = server();
     let new = second.server_port;
     assert_ne!(new, old);
-    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| candidates_of(v).contains(&u64::from(new)));
+    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| {
+        candidates_of(v).contains(&u64::from(new)) || ports_of(v).contains(&new.to_string())
+    });
     second.add_client().expect("client");
     wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| ports_of(v).contains(&new.to_string()));
     let events = starve(&mut w, log, &second, 12);
@@ -223,4 +234,26 @@ fn a_port_hopping_range_is_found_from_an_nftables_dnat_rule() {
     assert!(row["why"].as_str().unwrap().contains("20100"), "{row}");
     let events = starve(&mut w, log, &sb, 12);
     assert_seen_and_starved(&events, 20100..=20110);
+}
+
+#[test]
+fn a_server_whose_connection_predates_hystall_is_found_from_its_config() {
+    let test = "a_server_whose_connection_predates_hystall_is_found_from_its_config";
+    let Some(_g) = root_or_skip(test) else { return };
+    if !singbox::sing_box_or_skip(test) {
+        return;
+    }
+    // Server and client first: the QUIC connection is open before hystall starts,
+    // so no Initial will come; the server's config names the port.
+    let sb = SingBox::start(Options::default()).expect("sing-box");
+    let port = sb.server_port;
+    let pid = sb.server_pid().to_string();
+    let mut w = Proc::spawn(&["watch", "--json", "--pid", &pid, "--stall-timeout", TIMEOUT]);
+    let started = w.wait_event("watch_started", Duration::from_secs(15));
+    let quic = &started["quic"];
+    assert_eq!(ports_of(quic), [port.to_string()], "{started}");
+    assert!(quic["ports"][0]["why"].as_str().unwrap().contains("server.json"), "{started}");
+    assert!(quic["note"].is_null(), "{started}");
+    let events = starve(&mut w, Vec::new(), &sb, 12);
+    assert_seen_and_starved(&events, port..=port);
 }

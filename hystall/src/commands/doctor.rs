@@ -205,6 +205,7 @@ fn quic_servers_check() -> Check {
         Err(e) => return check(NAME, Status::Missing, format!("sock_diag: {e}"), None),
     };
     let mut ports = ServerPorts::new(Default::default(), quic::ephemeral_range(), true);
+    ports.set_configured(pids.iter().flat_map(|&p| crate::sources::proxy_config::ports_of(p)).collect());
     ports.update(&socks);
     let info = ports.info("doctor".into());
     let who = format!("{} ({} process(es))", comms.join(", "), pids.len());

@@ -72,6 +72,8 @@ pub struct Live {
     last_flows: Mono,
     /// When the firewall's rules were last read (ZERO: never).
     last_nft: Mono,
+    /// QUIC ports each watched process's config names (read once per process).
+    configs: HashMap<u32, Vec<(u16, String)>>,
     diag: Option<SockDiag>,
     pub mode: Mode,
     pub pids: HashSet<u32>,
@@ -122,6 +124,7 @@ impl Live {
             owners: HashMap::new(),
             last_flows: Mono::ZERO,
             last_nft: Mono::ZERO,
+            configs: HashMap::new(),
             diag,
             mode,
             pids,
@@ -171,6 +174,12 @@ impl Live {
             && let Some(diag) = self.diag.as_mut()
         {
             let socks = quic::unconnected_udp(diag, &self.pids);
+            // Configs are read once per process (a restart is a new pid).
+            self.configs.retain(|pid, _| self.pids.contains(pid));
+            for &pid in &self.pids {
+                self.configs.entry(pid).or_insert_with(|| super::proxy_config::ports_of(pid));
+            }
+            self.servers.set_configured(self.configs.values().flatten().cloned().collect());
             self.servers.update(&socks);
         }
         // Port-hopping ranges point at server ports: none to read before one exists.

@@ -8,6 +8,7 @@ pub mod nft;
 pub mod offline;
 pub mod probes;
 pub mod procs;
+pub mod proxy_config;
 pub mod quic;
 pub mod replay;
 pub mod seed;

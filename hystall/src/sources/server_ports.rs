@@ -51,6 +51,8 @@ pub enum Why {
     Explicit,
     /// Bound outside the ephemeral range: only a server binds such a port.
     Fixed,
+    /// The proxy's own config file names it as a QUIC inbound's port.
+    Config(String),
     /// It received a client's first Initial from this address.
     ClientInitial(SocketAddr),
 }
@@ -60,6 +62,7 @@ impl Why {
         match self {
             Why::Explicit => "given with --port".into(),
             Why::Fixed => "unconnected UDP socket bound outside the ephemeral port range".into(),
+            Why::Config(f) => format!("a QUIC inbound of the proxy's config {f}"),
             Why::ClientInitial(a) => format!("received a client's Initial from {a}"),
         }
     }
@@ -86,6 +89,8 @@ pub struct ServerPorts {
     candidates: BTreeMap<u16, Candidate>,
     /// Inodes of sockets seen sending a first Initial: QUIC clients.
     clients: HashSet<u32>,
+    /// QUIC inbound ports the watched proxies' configs name → the file.
+    configured: HashMap<u16, String>,
     /// Firewall redirects of UDP port ranges (as last read).
     redirects: Vec<Redirect>,
     /// Hop ports watched: port → the server port a rule sends it to.
@@ -104,6 +109,7 @@ impl ServerPorts {
             servers,
             candidates: BTreeMap::new(),
             clients: HashSet::new(),
+            configured: HashMap::new(),
             redirects: Vec::new(),
             hops: BTreeMap::new(),
             change: None,
@@ -127,6 +133,7 @@ impl ServerPorts {
         });
         self.candidates.retain(|port, c| by_port.get(port).is_some_and(|s| s.inode == c.inode));
         let mut fixed = Vec::new();
+        let mut configured = Vec::new();
         for s in socks {
             if let Some((pid, why)) = self.servers.get_mut(&s.port) {
                 if *why == Why::Explicit {
@@ -135,6 +142,14 @@ impl ServerPorts {
                 continue;
             }
             if self.clients.contains(&s.inode) {
+                continue;
+            }
+            // Named by the proxy's config: a server port even with connections
+            // that were open before we came (no Initial to wait for).
+            if let Some(file) = self.configured.get(&s.port) {
+                self.candidates.remove(&s.port);
+                self.servers.insert(s.port, (Some(s.pid), Why::Config(file.clone())));
+                configured.push(s.port);
                 continue;
             }
             if !(lo..=hi).contains(&s.port) {
@@ -149,6 +164,9 @@ impl ServerPorts {
             });
         }
         let mut why = Vec::new();
+        if !configured.is_empty() {
+            why.push(format!("found {} (named by the proxy's config)", list(&configured)));
+        }
         if !fixed.is_empty() {
             why.push(format!("found {} (bound outside the ephemeral range)", list(&fixed)));
         }
@@ -172,6 +190,12 @@ impl ServerPorts {
             self.note_change(why.join("; "));
         }
         self.apply_redirects();
+    }
+
+    /// Takes in the QUIC ports the watched proxies' configs name (port → file);
+    /// applied at the next `update`.
+    pub fn set_configured(&mut self, configured: HashMap<u16, String>) {
+        self.configured = configured;
     }
 
     /// Takes in the firewall's redirects of UDP port ranges (read every few seconds).

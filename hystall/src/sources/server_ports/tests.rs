@@ -205,3 +205,14 @@ fn firewall_ranges_sent_to_a_server_port_are_watched_with_it() {
     assert!(!p.is_server(20001));
     assert!(p.take_change().unwrap().contains("no port-hopping range"));
 }
+
+#[test]
+fn a_port_the_proxys_config_names_is_a_server_port_at_once() {
+    let mut p = ServerPorts::new(HashSet::new(), RANGE, true);
+    p.set_configured(HashMap::from([(SERVER, "/etc/sing-box/config.json".to_owned())]));
+    p.update(&[sock(SERVER, 1), sock(50000, 2)]);
+    assert!(p.is_server(SERVER), "no Initial needed");
+    assert!(!p.is_server(50000));
+    assert!(p.take_change().unwrap().contains("found 40000 (named by the proxy's config)"));
+    assert!(p.info("x".into()).ports[0].why.contains("/etc/sing-box/config.json"));
+}
