@@ -2,7 +2,8 @@
 //! Hysteria2 server (sing-box) on a port in the kernel's ephemeral range is
 //! found from the client Initials it receives, when it runs before hystall,
 //! when it starts after it, and when it restarts on another port; from its
-//! config when its connection was open before hystall started; a
+//! config when its connection was open before hystall started; in a
+//! `--cgroup` it joins after hystall started; a
 //! port-hopping range is taken from an nftables DNAT rule; and a run with no
 //! QUIC server says so in `watch_started`.
 
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::cgroups::Cgroups;
 use common::nft::NftTable;
 use common::singbox::{self, Behaviour, Options, SingBox, TcpTarget};
 use common::{Proc, root_or_skip};
@@ -256,4 +258,30 @@ fn a_server_whose_connection_predates_hystall_is_found_from_its_config() {
     assert!(quic["note"].is_null(), "{started}");
     let events = starve(&mut w, Vec::new(), &sb, 12);
     assert_seen_and_starved(&events, port..=port);
+}
+
+#[test]
+fn a_server_started_later_in_a_watched_cgroup_is_found() {
+    let test = "a_server_started_later_in_a_watched_cgroup_is_found";
+    let Some(_g) = root_or_skip(test) else { return };
+    if !singbox::sing_box_or_skip(test) {
+        return;
+    }
+    let mut cg = Cgroups::new();
+    let dir = cg.create("hystall-test-discovery.slice/proxy.service");
+    let sel = "/hystall-test-discovery.slice/proxy.service";
+    let mut w = Proc::spawn(&["watch", "--json", "--cgroup", sel, "--stall-timeout", TIMEOUT]);
+    let started = w.wait_event("watch_started", Duration::from_secs(15));
+    assert!(started["quic"]["note"].is_string(), "nothing QUIC watched yet: {started}");
+    // The "service" starts: its process joins the cgroup, as systemd would put it.
+    let mut sb = server();
+    let port = sb.server_port;
+    Cgroups::enter(&dir, sb.server_pid());
+    let mut log = Vec::new();
+    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| candidates_of(v).contains(&u64::from(port)));
+    sb.add_client().expect("client");
+    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| ports_of(v).contains(&port.to_string()));
+    let events = starve(&mut w, log, &sb, 12);
+    assert_seen_and_starved(&events, port..=port);
+    drop(sb);
 }
