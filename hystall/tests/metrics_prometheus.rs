@@ -149,7 +149,7 @@ fn alert_rules_pass_promtool() {
     let f = rules_file();
     let (ok, out) = promtool(&["check", "rules", f.to_str().unwrap()]);
     assert!(ok, "promtool check rules: {out}");
-    assert!(out.contains("5 rules found"), "{out}");
+    assert!(out.contains("6 rules found"), "{out}");
 }
 
 #[test]
@@ -225,7 +225,15 @@ fn prometheus_scrapes_a_starved_lab_and_the_alert_fires() {
     prom.wait("HystallStarvation firing", Duration::from_secs(30), |p| {
         p.rule("HystallStarvation").is_some_and(|(state, _)| state == "firing")
     });
-    for name in ["HystallEnforcementAction", "HystallKernelEventsLost", "HystallProbesDegraded", "HystallDown"] {
+    // The lab's QUIC port is watched: the no-server alert stays quiet.
+    assert!(prom.query("hystall_quic_server_ports").is_some_and(|v| v >= 1.0));
+    for name in [
+        "HystallEnforcementAction",
+        "HystallKernelEventsLost",
+        "HystallProbesDegraded",
+        "HystallNoQuicServer",
+        "HystallDown",
+    ] {
         let (state, health) = prom.rule(name).unwrap_or_else(|| panic!("rule {name} not loaded"));
         assert_eq!(health, "ok", "{name}");
         assert_eq!(state, "inactive", "{name}");

@@ -197,7 +197,11 @@ fn a_capture_of_the_lab_stall_is_starved_from_the_right_moment_and_confirmed_wit
     let (events, _) = pcap(&udp_only, &[]);
     let c = lab_conn(&events, &client);
     assert!(c["starved"].is_null(), "{c}");
-    assert!(c["note"].as_str().is_some_and(|n| n.contains("--keylog")), "{c}");
+    assert_eq!(c["verdict"], "cannot_tell", "not 'not starved': {c}");
+    assert!(c["note"].as_str().is_some_and(|n| n.contains("--keylog") && n.contains("targets' TCP")), "{c}");
+    let text = Command::new(bin()).args(["pcap", "--stall-timeout", TIMEOUT]).arg(&udp_only).output().expect("pcap");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("verdict: cannot tell without keys"), "{text}");
     let (events, _) = pcap(&udp_only, &["--keylog", keys.to_str().unwrap()]);
     let c = lab_conn(&events, &client);
     assert_eq!(c["starved"]["confidence"], "confirmed", "{c}");
@@ -267,6 +271,7 @@ fn a_capture_of_the_lab_with_reading_targets_has_no_verdict() {
     let (file, keys, client) = lab_capture(&dir, "fast", 4, 8);
     let (events, _) = pcap(&file, &[]);
     assert!(lab_conn(&events, &client)["starved"].is_null(), "{events:#?}");
+    assert_ne!(lab_conn(&events, &client)["verdict"], "starved", "{events:#?}");
     let (events, _) = pcap(&file, &["--keylog", keys.to_str().unwrap()]);
     let conn = lab_conn(&events, &client);
     assert!(conn["starved"].is_null(), "{events:#?}");

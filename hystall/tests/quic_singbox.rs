@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use common::nft::NftTable;
 use common::singbox::{self, Behaviour, Options, SingBox, TcpTarget};
 use common::{Proc, root_or_skip};
 use serde_json::Value;
@@ -75,7 +76,7 @@ fn a_port_hopping_client_stays_one_connection() {
     if !singbox::sing_box_or_skip("a_port_hopping_client_stays_one_connection") {
         return;
     }
-    let _nft = common::nft::NftTable::dnat("hystall_test_hop", "20001-20010", 20000).expect("nft DNAT rule");
+    let _nft = NftTable::dnat("hystall_test_hop", "20001-20010", 20000).expect("nft DNAT rule");
     let mut w = watch("20000-20010");
     let mut sb = SingBox::start(Options {
         server_port: Some(20000),

@@ -2,6 +2,8 @@
 //! the starved lab connection and its stalled targets appear on screen within
 //! the expected time, the detail view opens, a stalled target can be destroyed
 //! by hand (D, then y), and quitting leaves the terminal and the kernel clean.
+//! The header says "on demand" for programs not needed yet, and warns when no
+//! QUIC server port is watched (the reason one keypress away, in `?`).
 
 mod common;
 
@@ -68,6 +70,15 @@ fn top_lab_shows_the_starved_connection_and_quits_cleanly() {
     assert!(stalled_rows >= 3, "stalled target rows on screen:\n{shown}");
     let during: std::collections::BTreeSet<u32> = ids().difference(&before).copied().collect();
     assert!(during.len() >= 6, "probes loaded while top runs: {during:?}");
+    // Programs attached only when needed (the syscall probes: the lab's
+    // writers do not block) are "on demand", not a fault.
+    let head: String = shown.lines().take(3).collect::<Vec<_>>().join("\n");
+    assert!(head.contains("2 on demand") && !head.contains("degraded"), "header:\n{head}");
+    assert!(head.contains("QUIC ports "), "the watched QUIC port in the header:\n{head}");
+    // Their reason is one keypress away.
+    let _ = tmux(&["send-keys", "-t", SESSION, "?"]);
+    wait_for(&["on demand (attached when"], Duration::from_secs(3)).unwrap_or_else(|s| panic!("help:\n{s}"));
+    let _ = tmux(&["send-keys", "-t", SESSION, "Escape"]);
 
     // The detail view of the selected (starved, on top) connection.
     let _ = tmux(&["send-keys", "-t", SESSION, "Enter"]);
@@ -92,6 +103,29 @@ fn top_lab_shows_the_starved_connection_and_quits_cleanly() {
     assert!(left.is_empty(), "programs left loaded after quit: {left:?}");
     let labs = Command::new("pgrep").args(["-f", "hystall lab --json"]).output().expect("pgrep");
     assert!(labs.stdout.is_empty(), "the lab child is gone");
+}
+
+#[test]
+fn top_says_in_the_header_when_no_quic_server_is_watched() {
+    let Some(_g) = root_or_skip("top_says_in_the_header_when_no_quic_server_is_watched") else { return };
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("top_says_in_the_header_when_no_quic_server_is_watched: skipped: tmux not installed");
+        return;
+    }
+    let mut sleeper = Command::new("sleep").arg("60").spawn().expect("sleep");
+    let _ = tmux(&["kill-session", "-t", SESSION]);
+    let cmd = format!("{} top --pid {} --refresh 250; echo TOP-EXITED-$?; sleep 30", common::bin(), sleeper.id());
+    let out = tmux(&["new-session", "-d", "-s", SESSION, "-x", "160", "-y", "48", &cmd]);
+    assert!(out.status.success(), "tmux: {}", String::from_utf8_lossy(&out.stderr));
+    let _session = Session;
+    wait_for(&["no server port watched (? why)"], Duration::from_secs(10)).unwrap_or_else(|s| panic!("header:\n{s}"));
+    let _ = tmux(&["send-keys", "-t", SESSION, "?"]);
+    wait_for(&["QUIC: no QUIC server port watched"], Duration::from_secs(3)).unwrap_or_else(|s| panic!("help:\n{s}"));
+    let _ = tmux(&["send-keys", "-t", SESSION, "Escape"]);
+    let _ = tmux(&["send-keys", "-t", SESSION, "q"]);
+    wait_for(&["TOP-EXITED-0"], Duration::from_secs(8)).unwrap_or_else(|s| panic!("after quit:\n{s}"));
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
 }
 
 #[test]

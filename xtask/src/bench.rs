@@ -21,7 +21,7 @@ use crate::{setup, sh};
 const BENCHES: [&str; 3] = ["probe_overhead", "tc_overhead", "pcap_vs_tshark"];
 
 pub fn bench(args: &[String]) -> anyhow::Result<()> {
-    setup::setup(setup::Verbosity::Quiet)?;
+    setup::setup(setup::Verbosity::Quiet, setup::Scope::All)?;
     let mut cmd = sh::cargo();
     cmd.args(["bench", "-p", "hystall"]);
     for bench in BENCHES {

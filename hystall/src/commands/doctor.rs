@@ -157,6 +157,7 @@ pub fn checks() -> Vec<Check> {
         ),
     });
     out.push(sock_destroy_check(caps::held(Capability::CAP_NET_ADMIN)));
+    out.push(quic_servers_check());
 
     let (maj, min) = kernel_version();
     out.push(if (maj, min) >= (6, 6) {
@@ -174,6 +175,60 @@ pub fn checks() -> Vec<Check> {
         None,
     ));
     out
+}
+
+/// What `watch` with no options would watch on the QUIC side here: the known
+/// proxies running, and their UDP ports (server ports at once, or candidates
+/// that a client's Initial will show), or why nothing QUIC would be watched.
+fn quic_servers_check() -> Check {
+    use crate::sources::{procs, quic, server_ports::ServerPorts};
+    const NAME: &str = "QUIC servers";
+    let advice = Some("select the proxy (--pid, --comm, --unit) or name its port with --port P");
+    let mode = match procs::Mode::from_selection(&[], &[], &[]) {
+        Ok(m) => m,
+        Err(e) => return check(NAME, Status::Missing, e.to_string(), None),
+    };
+    let procs::Mode::Detected { comms } = &mode else {
+        return check(
+            NAME,
+            Status::Degraded,
+            format!(
+                "no known QUIC proxy running ({}): `watch` would watch every process and find no QUIC server port by itself",
+                procs::KNOWN_PROXIES.join(", ")
+            ),
+            advice,
+        );
+    };
+    let pids = mode.resolve();
+    let socks = match SockDiag::open() {
+        Ok(mut d) => quic::unconnected_udp(&mut d, &pids),
+        Err(e) => return check(NAME, Status::Missing, format!("sock_diag: {e}"), None),
+    };
+    let mut ports = ServerPorts::new(Default::default(), quic::ephemeral_range(), true);
+    ports.set_configured(pids.iter().flat_map(|&p| crate::sources::proxy_config::ports_of(p)).collect());
+    ports.update(&socks);
+    let info = ports.info("doctor".into());
+    let who = format!("{} ({} process(es))", comms.join(", "), pids.len());
+    match info.note {
+        None => {
+            let mut detail = format!("{who}: {}", info.summary());
+            if !info.candidates.is_empty() {
+                detail.push_str(" (those become server ports when a client's Initial arrives)");
+            }
+            check(NAME, Status::Ok, detail, None)
+        }
+        // Only candidates: nothing wrong, the first client shows which serve QUIC.
+        Some(_) if !info.candidates.is_empty() => check(
+            NAME,
+            Status::Ok,
+            format!(
+                "{who}: UDP port(s) {:?} are watched for a client's Initial, which shows they serve QUIC",
+                info.candidates
+            ),
+            None,
+        ),
+        Some(note) => check(NAME, Status::Degraded, format!("{who}: {note}"), advice),
+    }
 }
 
 /// One line per capability `watch` and `--enforce` need: held or missing, and why.

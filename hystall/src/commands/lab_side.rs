@@ -2,9 +2,12 @@
 //!
 //! A child process (not a task in ours) so that the watched pid holds only the
 //! lab's sockets, exactly as a proxy server would. It is killed when the
-//! monitor ends, however it ends (the guard's drop).
+//! monitor ends, however it ends: the guard's drop on a normal end, and the
+//! kernel (PR_SET_PDEATHSIG) when the monitor is killed outright (SIGKILL, a
+//! crash), where no drop runs.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, bail};
@@ -22,7 +25,25 @@ impl LabChild {
     /// later lines (probe results) go to stderr as they come, when `echo` is set.
     pub fn start(opts: &LabSide, echo: bool) -> anyhow::Result<LabChild> {
         let exe = std::env::current_exe().context("finding our own binary for the lab")?;
-        let mut child = Command::new(exe)
+        let parent = std::process::id() as libc::pid_t;
+        let mut cmd = Command::new(exe);
+        // SAFETY: runs in the forked child before exec; prctl, getppid and
+        // _exit are async-signal-safe and touch no memory of ours.
+        unsafe {
+            cmd.pre_exec(move || {
+                // The death signal follows the thread that forked: this is the
+                // main thread, which lives as long as the monitor.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The monitor died between fork and prctl: no signal will come.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            })
+        };
+        let mut child = cmd
             .args(["lab", "--json", "--uploads", &opts.lab_uploads.to_string(), "--target"])
             .arg(format!("{:?}", opts.lab_target).to_lowercase())
             // Uploads start once the monitor is attached: the timeline then

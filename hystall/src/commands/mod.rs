@@ -4,6 +4,7 @@ pub mod caps;
 pub mod doctor;
 pub mod lab_side;
 pub mod metrics;
+pub mod others;
 pub mod pcap;
 pub mod pcap_bytes;
 pub mod pipeline;

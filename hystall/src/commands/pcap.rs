@@ -222,7 +222,8 @@ fn headers_only_note(series: &Series<[u32; 4]>, quiet_for: Duration, bucket: Dur
     (alive >= quiet_for).then(|| {
         format!(
             "the client's bulk stopped around +{:.2}s and the connection stayed alive {:.1} s more: starved or an idle \
-             client; without the targets' TCP in the capture only the key log can tell (--keylog)",
+             client, which headers alone cannot tell apart; what would tell: the TLS key log (--keylog), or a capture \
+             on the server that holds the targets' TCP",
             (bucket * last_bulk as u32).as_secs_f64(),
             alive.as_secs_f64()
         )
@@ -264,6 +265,7 @@ fn json(out: &mut impl std::io::Write, r: &Report, opts: &ModelOptions) -> std::
                 })),
                 "frames": c.frames,
                 "decrypt": c.decrypt,
+                "verdict": c.verdict_word(),
                 "note": c.note,
                 "gaps": c.gaps.iter().map(|(t, s)| serde_json::json!({"from_s": t.since(r.start).as_secs_f64(), "secs": s})).collect::<Vec<_>>(),
             })

@@ -60,6 +60,8 @@ impl Pipeline {
         let needs: &[&[Need]] =
             if enforce.enforce && !enforce.dry_run { &[caps::ENFORCE, caps::WATCH] } else { &[caps::WATCH] };
         caps::require(needs)?;
+        let mut warnings: Vec<String> =
+            super::others::check(enforce.enforce && !enforce.dry_run)?.into_iter().collect();
         let cgroups = crate::sources::cgroup::resolve(&sel.cgroups, &sel.units)?;
         // --lab: the lab's process is the one to watch, its QUIC port the server port.
         let lab = if lab.lab { Some(LabChild::start(lab, lab_echo)?) } else { None };
@@ -73,6 +75,12 @@ impl Pipeline {
         let quic =
             QuicOptions { ports: sel.ports.iter().flat_map(|r| r.ports()).collect(), ifaces: sel.ifaces.clone() };
         let mut live = Live::start(mode.clone(), quic, mono_now()).context("starting the kernel probes")?;
+        if mode.filters() && live.pids.is_empty() {
+            warnings.push(
+                "no process matches the selection yet: watching for one (a process started later is picked up within a second)"
+                    .into(),
+            );
+        }
         let (pids, comms) = match &mode {
             Mode::Explicit { pids, comms, .. } => (pids.clone(), comms.clone()),
             Mode::Detected { comms } => (live.pids.iter().copied().collect(), comms.clone()),
@@ -85,6 +93,8 @@ impl Pipeline {
             all_processes: !mode.filters(),
             stall_timeout_ms: options.stall_timeout_ms,
             probes: live.probe_status().to_vec(),
+            quic: Some(live.quic_ports("start")),
+            warnings,
         };
         // The same model a recording of this run replays with.
         let model = options.model();
@@ -184,6 +194,10 @@ impl Pipeline {
             self.lost_seen = lost;
         }
         let mut events = self.model.tick(now);
+        if let Some(info) = self.live.take_ports_change() {
+            tracing::info!("QUIC server ports: {} ({})", info.summary(), info.reason);
+            events.push(Stamped { at: now, event: Event::QuicPortsChanged(info) });
+        }
         // Bounded kernel flow map: the flows of closed connections go.
         let swept = std::mem::take(&mut self.model.swept_flows);
         if !swept.is_empty() {

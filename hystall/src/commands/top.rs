@@ -246,6 +246,15 @@ pub async fn run(args: TopArgs) -> Result<()> {
     Ok(())
 }
 
+/// At most three entries, then how many more: the header has one line for it.
+fn short_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = items.collect();
+    match all.len() {
+        0..=3 => all.join(","),
+        n => format!("{} (+{} more)", all[..3].join(","), n - 3),
+    }
+}
+
 /// The header of a replay: the file, the position in it, the speed.
 fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
     let at = r.player.now;
@@ -256,6 +265,9 @@ fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
         processes: Vec::new(),
         probes_attached: Vec::new(),
         probes_degraded: Vec::new(),
+        probes_on_demand: Vec::new(),
+        quic_ports: String::new(),
+        quic_note: None,
         events_per_sec: 0.0,
         events_lost: 0,
         mode: format!("replay +{pos:.1}s {state} ({})", &clock.rfc3339(at)[..19]),
@@ -264,7 +276,9 @@ fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
 }
 
 fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Header {
+    use crate::sources::probes::is_waiting;
     let status = p.live.probe_status();
+    let quic = p.live.quic_ports("now");
     let mut processes: Vec<(u32, String)> =
         p.live.pids.iter().map(|&pid| (pid, crate::sources::procs::comm_of(pid).unwrap_or_default())).collect();
     processes.sort();
@@ -274,12 +288,27 @@ fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Hea
         probes_attached: status.iter().filter(|s| s.attached).map(|s| s.name.clone()).collect(),
         probes_degraded: status
             .iter()
-            .filter(|s| !s.attached)
+            .filter(|s| !s.attached && !is_waiting(s))
             .map(|s| (s.name.clone(), s.note.clone().unwrap_or_default()))
             .collect(),
+        probes_on_demand: status.iter().filter(|s| is_waiting(s)).map(|s| s.name.clone()).collect(),
+        quic_ports: short_list(quic.ports.iter().map(|p| p.port.as_str())),
+        quic_note: quic.note,
         events_per_sec,
         events_lost: p.lost(),
         mode: p.mode(),
         refresh_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_list;
+
+    #[test]
+    fn the_header_names_three_ports_then_counts_the_rest() {
+        assert_eq!(short_list(std::iter::empty()), "");
+        assert_eq!(short_list(["443", "20000-20010"].into_iter()), "443,20000-20010");
+        assert_eq!(short_list(["1", "2", "3", "4", "5"].into_iter()), "1,2,3 (+2 more)");
     }
 }

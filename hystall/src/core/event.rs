@@ -40,6 +40,9 @@ pub enum Event {
     /// `--enforce`: what was done (or, with --dry-run, would have been done) to
     /// a stalled target socket, and the evidence.
     Enforced(EnforcedInfo),
+    /// The QUIC server ports watched changed (a server found, started, moved
+    /// or gone): the ports, the candidates, and why.
+    QuicPortsChanged(QuicPortsInfo),
 }
 
 impl Event {
@@ -54,6 +57,7 @@ impl Event {
         "quic_starved",
         "quic_recovered",
         "enforced",
+        "quic_ports_changed",
     ];
 
     pub fn name(&self) -> &'static str {
@@ -67,6 +71,7 @@ impl Event {
             Event::QuicStarved(_) => "quic_starved",
             Event::QuicRecovered(_) => "quic_recovered",
             Event::Enforced(_) => "enforced",
+            Event::QuicPortsChanged(_) => "quic_ports_changed",
         }
     }
 }
@@ -83,6 +88,59 @@ pub struct StartInfo {
     pub all_processes: bool,
     pub stall_timeout_ms: u64,
     pub probes: Vec<ProbeStatus>,
+    /// The QUIC server ports watched at the start (live runs; absent offline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicPortsInfo>,
+    /// What the user should know about this run (no process selected yet,
+    /// another hystall attached, ...), one line each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// The QUIC server ports watched now, and, when there is none, why.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QuicPortsInfo {
+    pub ports: Vec<QuicPortInfo>,
+    /// Unconnected UDP ports of the watched processes not yet shown to serve
+    /// QUIC (promoted when one receives a client's Initial).
+    pub candidates: Vec<u16>,
+    /// Set when no QUIC server port is watched: why, and what to do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// What changed ("start" in `watch_started`).
+    pub reason: String,
+}
+
+impl QuicPortsInfo {
+    /// One line: the ports and why, or the note.
+    pub fn summary(&self) -> String {
+        if let Some(n) = &self.note {
+            return n.clone();
+        }
+        let ports: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| match p.pid {
+                Some(pid) => format!("{} (pid {pid}: {})", p.port, p.why),
+                None => format!("{} ({})", p.port, p.why),
+            })
+            .collect();
+        let mut s = format!("QUIC server ports: {}", ports.join(", "));
+        if !self.candidates.is_empty() {
+            s.push_str(&format!("; {} other UDP port(s) not shown to serve QUIC", self.candidates.len()));
+        }
+        s
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct QuicPortInfo {
+    /// A port, or a `LO-HI` range of `--port`.
+    pub port: String,
+    /// The process serving on it, when known.
+    pub pid: Option<u32>,
+    /// Why it is taken for a QUIC server port.
+    pub why: String,
 }
 
 impl StartInfo {
@@ -90,7 +148,16 @@ impl StartInfo {
     /// no probes; every process unless the recording says which.
     pub fn offline(stall_timeout_ms: u64, pids: Vec<u32>, comms: Vec<String>, cgroups: Vec<String>) -> StartInfo {
         let all_processes = pids.is_empty() && comms.is_empty() && cgroups.is_empty();
-        StartInfo { pids, comms, cgroups, all_processes, stall_timeout_ms, probes: Vec::new() }
+        StartInfo {
+            pids,
+            comms,
+            cgroups,
+            all_processes,
+            stall_timeout_ms,
+            probes: Vec::new(),
+            quic: None,
+            warnings: Vec::new(),
+        }
     }
 }
 

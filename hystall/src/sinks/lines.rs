@@ -130,14 +130,18 @@ fn text(e: &Event) -> String {
                 attached.join(" ")
             );
             for p in i.probes.iter().filter(|p| !p.attached) {
-                s.push_str(&format!(
-                    "\n          DEGRADED {}: {}",
-                    p.name,
-                    p.note.as_deref().unwrap_or("not attached")
-                ));
+                let tag = if crate::sources::probes::is_waiting(p) { "ON DEMAND" } else { "DEGRADED" };
+                s.push_str(&format!("\n          {tag} {}: {}", p.name, p.note.as_deref().unwrap_or("not attached")));
+            }
+            if let Some(q) = &i.quic {
+                s.push_str(&format!("\n          {}", q.summary()));
+            }
+            for w in &i.warnings {
+                s.push_str(&format!("\n          WARNING {w}"));
             }
             s
         }
+        Event::QuicPortsChanged(q) => format!("QUIC PORTS  {} ({})", q.summary(), q.reason),
         Event::SocketStalled(s) => sock_line("STALLED", s),
         Event::SocketRecovered(s) => sock_line("RECOVERED", s),
         Event::SocketClosed(s) => sock_line("CLOSED", s),

@@ -65,6 +65,20 @@ pub struct ConnReport {
     pub note: Option<String>,
 }
 
+impl ConnReport {
+    /// `starved`, `not_starved`, or `cannot_tell`: no verdict, but the client's
+    /// bulk stopped while the connection lived on, and nothing in the capture
+    /// (frames, targets) says whether it was starved or idle (`note` says
+    /// what would tell).
+    pub fn verdict_word(&self) -> &'static str {
+        match (&self.verdict, &self.note) {
+            (Some(_), _) => "starved",
+            (None, Some(_)) => "cannot_tell",
+            (None, None) => "not_starved",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
     pub confidence: String,
@@ -181,12 +195,15 @@ pub fn text(r: &Report, clock: &WallClock) -> String {
                     let _ = writeln!(o, "  stalled targets: {}", v.targets.join(", "));
                 }
             }
-            None => {
-                let _ = writeln!(o, "  verdict: not starved");
-                if let Some(n) = &c.note {
+            None => match &c.note {
+                Some(n) => {
+                    let _ = writeln!(o, "  verdict: cannot tell without keys");
                     let _ = writeln!(o, "  note: {n}");
                 }
-            }
+                None => {
+                    let _ = writeln!(o, "  verdict: not starved");
+                }
+            },
         }
         if let Some(f) = &c.frames {
             evidence(&mut o, r, f);

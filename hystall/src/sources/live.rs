@@ -19,8 +19,9 @@ use super::probes::{ProbeConfig, ProbeError, Probes};
 use super::procs::{self, Mode};
 use super::quic;
 use super::seed;
+use super::server_ports::ServerPorts;
 use super::sockdiag::SockDiag;
-use crate::core::event::ProbeStatus;
+use crate::core::event::{ProbeStatus, QuicPortsInfo};
 use crate::core::flows::FlowId;
 use crate::core::observation::{ByteMark, InflightSample, Observation, SendCount, SockChange, SockSample};
 use crate::core::time::Mono;
@@ -34,6 +35,14 @@ const RESCAN_EVERY: Duration = Duration::from_secs(1);
 const BLOCKING_CHECK_EVERY: Duration = Duration::from_secs(2);
 /// How often the flow map is read (it can hold tens of thousands of flows).
 const FLOWS_EVERY: Duration = Duration::from_millis(500);
+/// Flows of ports that are not (or not yet) QUIC server ports are deleted
+/// from the kernel map after this long without a packet: nothing reads them,
+/// and a busy proxy's own client sockets would otherwise fill the map. (A
+/// candidate promoted later counts a flow again from its next packet.)
+const CANDIDATE_FLOW_IDLE: Duration = Duration::from_secs(10);
+/// How often the firewall's port-hopping rules are re-read (`nft -j list
+/// ruleset`: not every rescan, rulesets can be large).
+const NFT_EVERY: Duration = Duration::from_secs(5);
 /// How often the kernel maps are counted and the socket map's keys compared
 /// with the user-side table (a walk of up to 131 072 keys: not every tick).
 pub const UPKEEP_EVERY: Duration = Duration::from_secs(10);
@@ -53,11 +62,18 @@ pub struct Live {
     marks: AsyncFd<RingBuf<MapData>>,
     samples: Option<AsyncFd<RingBuf<MapData>>>,
     quic: QuicOptions,
-    /// Server UDP ports watched now (explicit + discovered).
-    pub ports: HashSet<u16>,
+    /// Which UDP ports are QUIC server ports (explicit, fixed, or shown by a
+    /// client's Initial), and the candidates.
+    servers: ServerPorts,
+    /// Ports marked in the kernel now (servers and candidates).
+    ports: HashSet<u16>,
     /// Discovered server ports → the process serving on them.
     owners: HashMap<u16, u32>,
     last_flows: Mono,
+    /// When the firewall's rules were last read (ZERO: never).
+    last_nft: Mono,
+    /// QUIC ports each watched process's config names (read once per process).
+    configs: HashMap<u32, Vec<(u16, String)>>,
     diag: Option<SockDiag>,
     pub mode: Mode,
     pub pids: HashSet<u32>,
@@ -96,15 +112,19 @@ impl Live {
         let marks = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| ProbeError::Map("MARKS", e.to_string()))?;
         let diag = SockDiag::open().ok();
+        let servers = ServerPorts::new(quic.ports.clone(), quic::ephemeral_range(), mode.filters());
         let mut live = Live {
             probes,
             events,
             marks,
             samples: None,
             quic,
+            servers,
             ports: HashSet::new(),
             owners: HashMap::new(),
             last_flows: Mono::ZERO,
+            last_nft: Mono::ZERO,
+            configs: HashMap::new(),
             diag,
             mode,
             pids,
@@ -121,6 +141,8 @@ impl Live {
             sends: HashMap::new(),
         };
         live.refresh_ports()?;
+        // What is found at the start goes in `watch_started`, not in a change.
+        live.servers.take_change();
         live.syscalls_on_demand(now);
         Ok(live)
     }
@@ -144,17 +166,33 @@ impl Live {
         }
     }
 
-    /// Recomputes the server ports (explicit + discovered); attaches the QUIC
-    /// classifier the first time there is a port to watch.
+    /// Re-reads the watched processes' UDP sockets (new candidates, servers
+    /// gone), then marks the kernel's ports; attaches the QUIC classifier the
+    /// first time there is a port to watch.
     fn refresh_ports(&mut self) -> Result<(), ProbeError> {
-        let mut ports = self.quic.ports.clone();
-        let mut owners = HashMap::new();
         if self.mode.filters()
             && let Some(diag) = self.diag.as_mut()
         {
-            owners = quic::discover_ports(diag, &self.pids);
-            ports.extend(owners.keys());
+            let socks = quic::unconnected_udp(diag, &self.pids);
+            // Configs are read once per process (a restart is a new pid).
+            self.configs.retain(|pid, _| self.pids.contains(pid));
+            for &pid in &self.pids {
+                self.configs.entry(pid).or_insert_with(|| super::proxy_config::ports_of(pid));
+            }
+            self.servers.set_configured(self.configs.values().flatten().cloned().collect());
+            self.servers.update(&socks);
         }
+        // Port-hopping ranges point at server ports: none to read before one exists.
+        let now = crate::core::time::mono_now();
+        if self.servers.counts().0 > 0 && (self.last_nft == Mono::ZERO || now.since(self.last_nft) >= NFT_EVERY) {
+            self.last_nft = now;
+            match super::nft::read() {
+                Ok(r) => self.servers.set_redirects(r),
+                Err(super::nft::NftError::NotInstalled) => {}
+                Err(e) => tracing::debug!("port-hopping rules not read: {e}"),
+            }
+        }
+        let mut owners = self.servers.owners();
         // Ports named on the command line belong to the one selected process,
         // when there is exactly one.
         if self.pids.len() == 1 {
@@ -170,6 +208,7 @@ impl Live {
             });
             self.owners = owners;
         }
+        let ports = self.servers.kernel_ports();
         if ports == self.ports {
             return Ok(());
         }
@@ -216,6 +255,23 @@ impl Live {
         }
     }
 
+    /// The QUIC server ports now, the candidates, and the note when none is
+    /// watched; `reason` says what changed.
+    pub fn quic_ports(&self, reason: &str) -> QuicPortsInfo {
+        self.servers.info(reason.to_owned())
+    }
+
+    /// (QUIC server ports, candidate ports) now.
+    pub fn quic_port_counts(&self) -> (usize, usize) {
+        self.servers.counts()
+    }
+
+    /// What changed in the QUIC server ports since the last call.
+    pub fn take_ports_change(&mut self) -> Option<QuicPortsInfo> {
+        let why = self.servers.take_change()?;
+        Some(self.servers.info(why))
+    }
+
     pub fn probe_status(&self) -> &[ProbeStatus] {
         &self.probes.status
     }
@@ -232,9 +288,10 @@ impl Live {
     /// Waits until a ring buffer has data, then moves it into `out`.
     pub async fn recv(&mut self, out: &mut Vec<Observation>) -> std::io::Result<()> {
         let first = out.len();
-        let (events, marks) = (&mut self.events, &mut self.marks);
+        let (events, marks, samples_fd, servers) =
+            (&mut self.events, &mut self.marks, &mut self.samples, &mut self.servers);
         let samples = async {
-            match self.samples.as_mut() {
+            match samples_fd.as_mut() {
                 Some(s) => s.readable_mut().await,
                 None => std::future::pending().await,
             }
@@ -247,12 +304,12 @@ impl Live {
             }
             r = marks.readable_mut() => {
                 let mut g = r?;
-                drain_marks(g.get_inner_mut(), out);
+                drain_marks(g.get_inner_mut(), servers, out);
                 g.clear_ready();
             }
             r = samples => {
                 let mut g = r?;
-                drain_samples(g.get_inner_mut(), out);
+                drain_samples(g.get_inner_mut(), servers, out);
                 g.clear_ready();
             }
         }
@@ -313,7 +370,16 @@ impl Live {
         }
         if self.samples.is_some() && now.since(self.last_flows) >= FLOWS_EVERY {
             self.last_flows = now;
-            let kernel = self.probes.flows();
+            let (kernel, others): (Vec<_>, Vec<_>) =
+                self.probes.flows().into_iter().partition(|(k, _)| self.servers.is_server(k.server_port));
+            // Candidates' flows (and those of ports no longer watched) never
+            // reach the model; the idle ones go from the kernel map.
+            for (k, st) in &others {
+                let last = st.dir.iter().flat_map(|d| d.last_ns).max().unwrap_or(0);
+                if now.since(Mono(last)) >= CANDIDATE_FLOW_IDLE {
+                    self.probes.forget_flow(k);
+                }
+            }
             self.flow_keys = kernel.iter().map(|(k, _)| (quic::flow_id(k), *k)).collect();
             let flows = kernel.iter().map(|(k, s)| (quic::flow_id(k), quic::flow_counters(s))).collect();
             out.push(Observation::FlowCounts { at: now, flows });
@@ -420,22 +486,32 @@ fn drain_events(ring: &mut RingBuf<MapData>, out: &mut Vec<Observation>) {
     }
 }
 
-fn drain_samples(ring: &mut RingBuf<MapData>, out: &mut Vec<Observation>) {
+/// Header samples; those of candidate ports wait in `servers` until the port
+/// is shown to be a QUIC server (then they all go to the model) or not.
+fn drain_samples(ring: &mut RingBuf<MapData>, servers: &mut ServerPorts, out: &mut Vec<Observation>) {
     while let Some(item) = ring.next() {
         if item.len() >= std::mem::size_of::<FlowSample>() {
             // SAFETY: the kernel wrote a FlowSample (repr(C), Pod) of this size.
             let s: FlowSample = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const FlowSample) };
-            out.push(Observation::Header { at: Mono(s.ts_ns), sample: quic::header_sample(&s) });
+            let flow = quic::flow_id(&s.key);
+            for s in servers.on_sample(s, flow) {
+                out.push(Observation::Header { at: Mono(s.ts_ns), sample: quic::header_sample(&s) });
+            }
         }
     }
 }
 
-fn drain_marks(ring: &mut RingBuf<MapData>, out: &mut Vec<Observation>) {
+/// Byte marks; those of flows on ports not (yet) shown to serve QUIC are
+/// dropped, as their flows are.
+fn drain_marks(ring: &mut RingBuf<MapData>, servers: &ServerPorts, out: &mut Vec<Observation>) {
     let mut marks = Vec::new();
     while let Some(item) = ring.next() {
         if item.len() >= std::mem::size_of::<Mark>() {
             // SAFETY: the kernel wrote a Mark (repr(C), Pod) of this size.
             let m: Mark = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const Mark) };
+            if m.kind == MARK_FLOW && !servers.is_server(m.flow.server_port) {
+                continue;
+            }
             let at = Mono(m.ts_ns);
             marks.push(match m.kind {
                 MARK_FLOW => ByteMark::Flow { flow: quic::flow_id(&m.flow), cpu: m.cpu, at, bytes: m.bytes },

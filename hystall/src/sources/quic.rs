@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use hystall_common::{AF_INET, DIR_C2S, DIR_S2C, DirStats, FlowKey, FlowSample, FlowStats};
 
 use super::procs;
+use super::server_ports::UdpSock;
 use super::sockdiag::SockDiag;
 use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
 use crate::core::time::Mono;
@@ -22,31 +23,29 @@ pub fn ephemeral_range() -> (u16, u16) {
     }
 }
 
-/// UDP ports the processes `pids` serve on: sockets with no fixed peer, bound
-/// outside the ephemeral range. A proxy's own QUIC *client* sockets (outbound
-/// hysteria2, say) get ephemeral ports; watching them as server ports would
-/// count every packet of those connections backwards. A server on an
-/// ephemeral port must be named with `--port`.
-pub fn discover_ports(diag: &mut SockDiag, pids: &HashSet<u32>) -> HashMap<u16, u32> {
-    let (lo, hi) = ephemeral_range();
-    let Ok(udp) = diag.dump_udp() else { return HashMap::new() };
+/// The unconnected UDP sockets (no fixed peer) of the processes `pids`: the
+/// ones that could be QUIC servers (`server_ports` decides which are).
+pub fn unconnected_udp(diag: &mut SockDiag, pids: &HashSet<u32>) -> Vec<UdpSock> {
+    let Ok(udp) = diag.dump_udp() else { return Vec::new() };
     let by_inode: HashMap<u32, u16> = udp
         .into_iter()
         .filter(|d| d.remote.is_none() && d.inode != 0)
         .filter_map(|d| Some((d.inode, d.local?.port())))
-        .filter(|(_, port)| !(lo..=hi).contains(port))
         .collect();
-    let mut out = HashMap::new();
+    let mut out = Vec::new();
     for &pid in pids {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
         for fd in fds.flatten() {
             if let Some(n) = fd.file_name().to_str().and_then(|s| s.parse::<u64>().ok())
-                && let Some(port) = procs::fd_socket_inode(pid, n).and_then(|i| by_inode.get(&i))
+                && let Some(inode) = procs::fd_socket_inode(pid, n)
+                && let Some(port) = by_inode.get(&inode)
             {
-                out.insert(*port, pid);
+                out.push(UdpSock { port: *port, pid, inode });
             }
         }
     }
+    out.sort_by_key(|s| (s.port, s.pid, s.inode));
+    out.dedup_by_key(|s| (s.port, s.inode));
     out
 }
 

@@ -2,6 +2,7 @@
 //! their JSON lines, and skip cleanly when not root.
 #![allow(dead_code)]
 
+pub mod cgroups;
 pub mod nft;
 pub mod node;
 pub mod singbox;

@@ -1,4 +1,4 @@
-//! nftables rules the tests add and remove (port hopping through DNAT).
+//! nftables rules for tests (port hopping: a DNAT of a UDP port range).
 
 use std::process::Command;
 

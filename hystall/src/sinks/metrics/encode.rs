@@ -132,6 +132,18 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
     );
     gauge(
         &mut r,
+        "quic_server_ports",
+        "QUIC server ports watched (0: no QUIC connection can be seen; watch_started and quic_ports_changed say why)",
+        k.quic_server_ports,
+    );
+    gauge(
+        &mut r,
+        "quic_candidate_ports",
+        "UDP ports of the watched processes waiting for a client's Initial to show they serve QUIC",
+        k.quic_candidate_ports,
+    );
+    gauge(
+        &mut r,
         "probe_stats_enabled",
         "BPF run-time statistics are collected (else run times stay 0)",
         k.stats_enabled.into(),

@@ -71,14 +71,27 @@ fn describe(e: &Event) -> (&'static str, String, Severity) {
                 p.extend(i.comms.iter().map(|c| format!("comm={c}")));
                 p.join(", ")
             };
-            let degraded = i.probes.iter().filter(|p| !p.attached).count();
-            let text = format!(
-                "{who}; stall timeout {:.1}s; {} probes attached{}",
+            let degraded = i.probes.iter().filter(|p| !p.attached && !crate::sources::probes::is_waiting(p)).count();
+            let on_demand = i.probes.iter().filter(|p| crate::sources::probes::is_waiting(p)).count();
+            let mut text = format!(
+                "{who}; stall timeout {:.1}s; {} probes attached{}{}",
                 i.stall_timeout_ms as f64 / 1000.0,
                 i.probes.iter().filter(|p| p.attached).count(),
+                if on_demand > 0 { format!(", {on_demand} on demand") } else { String::new() },
                 if degraded > 0 { format!(", {degraded} degraded") } else { String::new() }
             );
-            ("WATCHING", text, Severity::Info)
+            if let Some(q) = &i.quic {
+                text.push_str(&format!("; {}", q.summary()));
+            }
+            for w in &i.warnings {
+                text.push_str(&format!("; {w}"));
+            }
+            let sev = if i.quic.as_ref().is_some_and(|q| q.note.is_some()) { Severity::Bad } else { Severity::Info };
+            ("WATCHING", text, sev)
+        }
+        Event::QuicPortsChanged(q) => {
+            let sev = if q.note.is_some() { Severity::Bad } else { Severity::Good };
+            ("QUIC PORTS", format!("{} ({})", q.summary(), q.reason), sev)
         }
         Event::SocketStalled(s) => ("STALLED", sock(s), Severity::Bad),
         Event::SocketRecovered(s) => ("RECOVERED", sock(s), Severity::Good),

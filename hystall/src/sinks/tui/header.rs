@@ -39,10 +39,13 @@ pub fn draw(f: &mut Frame, area: Rect, h: &Header, c: &Counts, paused: bool, the
 
     let mut l2 =
         vec![Span::styled("probes ", theme.label()), Span::raw(format!("{} attached", h.probes_attached.len()))];
+    if !h.probes_on_demand.is_empty() {
+        l2.push(Span::raw(format!(", {} on demand", h.probes_on_demand.len())));
+    }
     if !h.probes_degraded.is_empty() {
         let names: Vec<&str> = h.probes_degraded.iter().map(|(n, _)| n.as_str()).collect();
         l2.push(Span::raw(", "));
-        l2.push(Span::styled(format!("{} degraded: {}", names.len(), names.join(" ")), theme.warn()));
+        l2.push(Span::styled(format!("{} degraded: {} (? why)", names.len(), names.join(" ")), theme.warn()));
     }
     l2.push(Span::styled("  events ", theme.label()));
     l2.push(Span::raw(format!("{:.1}/s", h.events_per_sec)));
@@ -50,8 +53,13 @@ pub fn draw(f: &mut Frame, area: Rect, h: &Header, c: &Counts, paused: bool, the
     l2.push(Span::styled(h.events_lost.to_string(), if h.events_lost > 0 { theme.bad() } else { theme.good() }));
     l2.push(Span::styled(format!("  refresh {}ms", h.refresh_ms), theme.dim()));
 
-    let l3 = vec![
-        Span::styled("QUIC ", theme.label()),
+    let mut l3 = vec![Span::styled("QUIC ", theme.label())];
+    if h.quic_note.is_some() {
+        l3.push(Span::styled("no server port watched (? why) ", theme.warn()));
+    } else if !h.quic_ports.is_empty() {
+        l3.push(Span::raw(format!("ports {}: ", h.quic_ports)));
+    }
+    l3.extend([
         Span::raw(format!("{} conns, {} alive, ", c.conns, c.alive)),
         Span::styled(format!("{} STARVED", c.starved), if c.starved > 0 { theme.bad() } else { theme.good() }),
         Span::styled("   targets ", theme.label()),
@@ -59,7 +67,7 @@ pub fn draw(f: &mut Frame, area: Rect, h: &Header, c: &Counts, paused: bool, the
         Span::styled(format!("{} STALLED", c.stalled), if c.stalled > 0 { theme.bad() } else { theme.good() }),
         Span::raw(", "),
         Span::styled(format!("{} SLOW", c.slow), if c.slow > 0 { theme.warn() } else { theme.good() }),
-    ];
+    ]);
     let text = vec![Line::from(l1), Line::from(l2), Line::from(l3)];
     f.render_widget(Paragraph::new(text), area);
 }

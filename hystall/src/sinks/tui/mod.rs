@@ -55,8 +55,14 @@ pub struct Header {
     pub node: String,
     pub processes: Vec<(u32, String)>,
     pub probes_attached: Vec<String>,
-    /// (probe, why it is missing or what it degrades to)
+    /// (probe, why it is missing or what it degrades to): real faults.
     pub probes_degraded: Vec<(String, String)>,
+    /// Programs left detached until needed (the syscall probes): not faults.
+    pub probes_on_demand: Vec<String>,
+    /// The QUIC server ports watched ("40000, 443"), empty for none.
+    pub quic_ports: String,
+    /// Set when no QUIC server port is watched: why, and what to do.
+    pub quic_note: Option<String>,
     pub events_per_sec: f64,
     pub events_lost: u64,
     /// "observe", "enforce 10s", "dry-run 10s"
@@ -71,6 +77,9 @@ impl Default for Header {
             processes: Vec::new(),
             probes_attached: Vec::new(),
             probes_degraded: Vec::new(),
+            probes_on_demand: Vec::new(),
+            quic_ports: String::new(),
+            quic_note: None,
             events_per_sec: 0.0,
             events_lost: 0,
             mode: "observe".into(),
@@ -280,7 +289,7 @@ impl Tui {
         }
         self.footer(frame, foot);
         if self.app.help {
-            help::draw(frame, area, &self.theme);
+            help::draw(frame, area, &self.header, &self.theme);
         }
     }
 

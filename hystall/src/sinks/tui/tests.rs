@@ -32,6 +32,9 @@ fn header() -> Header {
             .map(String::from)
             .to_vec(),
         probes_degraded: vec![("quic_egress@eth0".into(), "TCX unavailable".into())],
+        probes_on_demand: vec!["sys_enter".into(), "sys_exit".into()],
+        quic_ports: "443".into(),
+        quic_note: None,
         events_per_sec: 3.5,
         events_lost: 0,
         mode: "observe".into(),

@@ -115,6 +115,8 @@ fn kernel() -> Kernel {
         progs: vec![ProgStats { program: "tcp_probe".into(), run_time: Duration::from_millis(1500), run_count: 300 }],
         stats_enabled: true,
         maps: vec![MapFill { map: "socks", entries: 7, capacity: 131_072 }],
+        quic_server_ports: 0,
+        quic_candidate_ports: 2,
     }
 }
 
@@ -167,6 +169,10 @@ fn a_starved_node_shows_in_every_metric() {
         ("hystall_probe_attached{program=\"sys_enter\"}", 0.0),
         // tcp_probe failed; sys_enter only waits to be needed.
         ("hystall_probes_degraded", 1.0),
+        // No QUIC server port found yet, two UDP ports waiting for an Initial.
+        ("hystall_quic_server_ports", 0.0),
+        ("hystall_quic_candidate_ports", 2.0),
+        ("hystall_events_total{event=\"quic_ports_changed\"}", 0.0),
         ("hystall_probe_stats_enabled", 1.0),
         ("hystall_probe_run_time_seconds_total{program=\"tcp_probe\"}", 1.5),
         ("hystall_probe_run_count_total{program=\"tcp_probe\"}", 300.0),

@@ -1,0 +1,29 @@
+use super::*;
+
+#[test]
+fn sing_box_quic_inbounds_give_their_ports() {
+    let json = r#"{"inbounds": [
+        {"type": "hysteria2", "listen": "::", "listen_port": 40000},
+        {"type": "tuic", "listen_port": 8443},
+        {"type": "mixed", "listen_port": 1080},
+        {"type": "hysteria2"}
+    ]}"#;
+    assert_eq!(sing_box_ports(json), [40000, 8443]);
+    assert!(sing_box_ports("not json").is_empty());
+    assert!(sing_box_ports("{}").is_empty());
+}
+
+#[test]
+fn hysteria_listen_gives_its_port_and_443_by_default() {
+    assert_eq!(hysteria_ports("listen: :40443\nauth:\n  type: password\n"), [40443]);
+    assert_eq!(hysteria_ports("listen: \"0.0.0.0:8443\" # public\n"), [8443]);
+    assert_eq!(hysteria_ports("listen: '[::]:9443'\n"), [9443]);
+    assert_eq!(hysteria_ports("auth:\n  type: password\n"), [443]);
+}
+
+#[test]
+fn config_options_are_read_in_both_spellings() {
+    let args: Vec<String> =
+        ["sing-box", "run", "-c", "a.json", "--config=b.json", "-C", "conf.d"].map(String::from).to_vec();
+    assert_eq!(config_args(&args), [("-c", "a.json"), ("--config", "b.json"), ("-C", "conf.d")]);
+}

@@ -1,0 +1,421 @@
+//! Which UDP ports of the watched processes are QUIC *servers*, decided from
+//! their traffic.
+//!
+//! Every unconnected UDP socket of a watched process is a candidate: the
+//! kernel's PORTS array marks it, so the classifier counts and samples its
+//! flows like a server port's, but nothing of it reaches the model until the
+//! port is shown to be a server. The proof is a client's first Initial
+//! *received* on the port (a long-header Initial with a DCID of at least 8
+//! bytes, RFC 9000 §7.2) on a flow where the port had not spoken first. A
+//! proxy's own outbound QUIC client sockets (hysteria2 outbounds, the lab's
+//! quinn client) are the opposite: they send the first Initial and receive the
+//! server's; such a socket is dropped from the candidates for as long as it lives.
+//!
+//! Ports bound outside the kernel's ephemeral range are servers at once (a
+//! client socket is never given one by the kernel), as are `--port` ones. A
+//! port promoted by an Initial stays a server while a watched process has a
+//! socket on it; when the socket goes (server stopped or moved), so does the port.
+//!
+//! Port-hopping ranges come from the firewall (`nft.rs`): ports that a DNAT or
+//! redirect rule sends to a server port are watched with it (a client's
+//! packets reach the TC ingress hook before the DNAT, still on the hop port).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+
+use hystall_common::{DIR_C2S, FlowSample};
+
+use super::nft::Redirect;
+use crate::core::event::{QuicPortInfo, QuicPortsInfo};
+use crate::core::flows::FlowId;
+use crate::core::quic::{Peek, VERSION_1, VERSION_2, VERSION_DRAFT_29};
+
+/// Samples held per candidate port until it is decided (the handshake of the
+/// connection that proves it, and a few of the flows before it).
+const HELD_PER_PORT: usize = 64;
+/// Flows remembered per candidate port (who spoke first).
+const FLOWS_PER_PORT: usize = 4096;
+
+/// An unconnected UDP socket of a watched process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpSock {
+    pub port: u16,
+    pub pid: u32,
+    pub inode: u32,
+}
+
+/// Why a port is watched as a QUIC server port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// `--port` (or the lab's port).
+    Explicit,
+    /// Bound outside the ephemeral range: only a server binds such a port.
+    Fixed,
+    /// The proxy's own config file names it as a QUIC inbound's port.
+    Config(String),
+    /// It received a client's first Initial from this address.
+    ClientInitial(SocketAddr),
+}
+
+impl Why {
+    fn text(&self) -> String {
+        match self {
+            Why::Explicit => "given with --port".into(),
+            Why::Fixed => "unconnected UDP socket bound outside the ephemeral port range".into(),
+            Why::Config(f) => format!("a QUIC inbound of the proxy's config {f}"),
+            Why::ClientInitial(a) => format!("received a client's Initial from {a}"),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Candidate {
+    pid: u32,
+    inode: u32,
+    held: VecDeque<FlowSample>,
+    /// Flows on which this port sent before it received anything.
+    spoke_first: HashSet<FlowId>,
+    /// Flows on which this port received something.
+    heard: HashSet<FlowId>,
+}
+
+/// The decision, kept across rescans.
+pub struct ServerPorts {
+    ephemeral: (u16, u16),
+    explicit: HashSet<u16>,
+    /// Discovering at all (not with every process watched: then only --port).
+    discover: bool,
+    servers: BTreeMap<u16, (Option<u32>, Why)>,
+    candidates: BTreeMap<u16, Candidate>,
+    /// Inodes of sockets seen sending a first Initial: QUIC clients.
+    clients: HashSet<u32>,
+    /// QUIC inbound ports the watched proxies' configs name → the file.
+    configured: HashMap<u16, String>,
+    /// Firewall redirects of UDP port ranges (as last read).
+    redirects: Vec<Redirect>,
+    /// Hop ports watched: port → the server port a rule sends it to.
+    hops: BTreeMap<u16, u16>,
+    /// Why the server ports changed since the last `take_change`.
+    change: Option<String>,
+}
+
+impl ServerPorts {
+    pub fn new(explicit: HashSet<u16>, ephemeral: (u16, u16), discover: bool) -> ServerPorts {
+        let servers = explicit.iter().map(|p| (*p, (None, Why::Explicit))).collect();
+        ServerPorts {
+            ephemeral,
+            explicit,
+            discover,
+            servers,
+            candidates: BTreeMap::new(),
+            clients: HashSet::new(),
+            configured: HashMap::new(),
+            redirects: Vec::new(),
+            hops: BTreeMap::new(),
+            change: None,
+        }
+    }
+
+    /// Takes in the watched processes' unconnected UDP sockets (every rescan).
+    pub fn update(&mut self, socks: &[UdpSock]) {
+        let waiting_before = self.waiting();
+        let (lo, hi) = self.ephemeral;
+        let by_port: HashMap<u16, UdpSock> = socks.iter().map(|s| (s.port, *s)).collect();
+        let live_inodes: HashSet<u32> = socks.iter().map(|s| s.inode).collect();
+        self.clients.retain(|i| live_inodes.contains(i));
+        let mut gone = Vec::new();
+        self.servers.retain(|port, (_, why)| {
+            let keep = *why == Why::Explicit || by_port.contains_key(port);
+            if !keep {
+                gone.push(*port);
+            }
+            keep
+        });
+        self.candidates.retain(|port, c| by_port.get(port).is_some_and(|s| s.inode == c.inode));
+        let mut fixed = Vec::new();
+        let mut configured = Vec::new();
+        for s in socks {
+            if let Some((pid, why)) = self.servers.get_mut(&s.port) {
+                if *why == Why::Explicit {
+                    *pid = Some(s.pid);
+                }
+                continue;
+            }
+            if self.clients.contains(&s.inode) {
+                continue;
+            }
+            // Named by the proxy's config: a server port even with connections
+            // that were open before we came (no Initial to wait for).
+            if let Some(file) = self.configured.get(&s.port) {
+                self.candidates.remove(&s.port);
+                self.servers.insert(s.port, (Some(s.pid), Why::Config(file.clone())));
+                configured.push(s.port);
+                continue;
+            }
+            if !(lo..=hi).contains(&s.port) {
+                self.servers.insert(s.port, (Some(s.pid), Why::Fixed));
+                fixed.push(s.port);
+                continue;
+            }
+            self.candidates.entry(s.port).or_insert_with(|| Candidate {
+                pid: s.pid,
+                inode: s.inode,
+                ..Default::default()
+            });
+        }
+        let mut why = Vec::new();
+        if !configured.is_empty() {
+            why.push(format!("found {} (named by the proxy's config)", list(&configured)));
+        }
+        if !fixed.is_empty() {
+            why.push(format!("found {} (bound outside the ephemeral range)", list(&fixed)));
+        }
+        if !gone.is_empty() {
+            why.push(format!("{} gone (no watched process has a socket on it)", list(&gone)));
+        }
+        // While no server port is known, the user is told when candidates
+        // appear (a UDP socket to watch for Initials) or all go.
+        let waiting = self.waiting();
+        if waiting != waiting_before && self.servers.is_empty() {
+            why.push(if waiting {
+                format!(
+                    "UDP port(s) {} wait for a client's Initial",
+                    list(&self.candidates.keys().copied().collect::<Vec<_>>())
+                )
+            } else {
+                "no candidate UDP port left".into()
+            });
+        }
+        if !why.is_empty() {
+            self.note_change(why.join("; "));
+        }
+        self.apply_redirects();
+    }
+
+    /// Takes in the QUIC ports the watched proxies' configs name (port → file);
+    /// applied at the next `update`.
+    pub fn set_configured(&mut self, configured: HashMap<u16, String>) {
+        self.configured = configured;
+    }
+
+    /// Takes in the firewall's redirects of UDP port ranges (read every few seconds).
+    pub fn set_redirects(&mut self, redirects: Vec<Redirect>) {
+        self.redirects = redirects;
+        self.apply_redirects();
+    }
+
+    /// Hop ports: those the redirects send to a server port (never a server
+    /// port itself).
+    fn apply_redirects(&mut self) {
+        let mut hops = BTreeMap::new();
+        for r in self.redirects.iter().filter(|r| self.servers.contains_key(&r.to)) {
+            for p in r.lo..=r.hi {
+                if !self.servers.contains_key(&p) {
+                    hops.insert(p, r.to);
+                }
+            }
+        }
+        if hops != self.hops {
+            let ranges = hop_ranges(&hops);
+            let why = if ranges.is_empty() {
+                "no port-hopping range any more".to_owned()
+            } else {
+                format!(
+                    "port-hopping range(s) from the firewall: {}",
+                    ranges
+                        .iter()
+                        .map(|(lo, hi, to)| format!("{} -> {to}", span(*lo, *hi)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            self.hops = hops;
+            self.note_change(why);
+        }
+    }
+
+    /// Candidates exist, no server port does.
+    fn waiting(&self) -> bool {
+        self.servers.is_empty() && !self.candidates.is_empty()
+    }
+
+    fn note_change(&mut self, why: String) {
+        self.change = Some(match self.change.take() {
+            Some(old) => format!("{old}; {why}"),
+            None => why,
+        });
+    }
+
+    /// Ports the kernel should count: servers and candidates.
+    pub fn kernel_ports(&self) -> HashSet<u16> {
+        self.servers.keys().chain(self.candidates.keys()).chain(self.hops.keys()).copied().collect()
+    }
+
+    /// (server ports, candidate ports).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.servers.len() + self.hops.len(), self.candidates.len())
+    }
+
+    pub fn is_server(&self, port: u16) -> bool {
+        self.servers.contains_key(&port) || self.hops.contains_key(&port)
+    }
+
+    /// Discovered server ports → the process serving on them.
+    pub fn owners(&self) -> HashMap<u16, u32> {
+        self.servers.iter().filter_map(|(p, (pid, _))| pid.map(|pid| (*p, pid))).collect()
+    }
+
+    /// A header sample from the classifier: what to hand on to the model (the
+    /// sample itself for a server port; for a candidate, nothing, or all it
+    /// held when this sample proves it a server).
+    pub fn on_sample(&mut self, s: FlowSample, flow: FlowId) -> Vec<FlowSample> {
+        let port = s.key.server_port;
+        if self.is_server(port) {
+            return vec![s];
+        }
+        let Some(c) = self.candidates.get_mut(&port) else { return Vec::new() };
+        let n = (s.caplen as usize).min(s.bytes.len());
+        let initial = first_initial(&s.bytes[..n]);
+        if s.dir as usize != DIR_C2S {
+            if !c.heard.contains(&flow) {
+                if initial {
+                    // It opened a QUIC connection itself: a client socket.
+                    let (inode, port) = (c.inode, port);
+                    self.candidates.remove(&port);
+                    self.clients.insert(inode);
+                    return Vec::new();
+                }
+                bounded_insert(&mut c.spoke_first, flow);
+            }
+            hold(&mut c.held, s);
+            return Vec::new();
+        }
+        bounded_insert(&mut c.heard, flow);
+        if initial && !c.spoke_first.contains(&flow) {
+            let c = self.candidates.remove(&port).expect("candidate");
+            self.servers.insert(port, (Some(c.pid), Why::ClientInitial(flow.client)));
+            self.note_change(format!(
+                "{port} is a QUIC server port (received a client's Initial from {})",
+                flow.client
+            ));
+            self.apply_redirects();
+            let mut out: Vec<FlowSample> = c.held.into();
+            out.push(s);
+            return out;
+        }
+        hold(&mut c.held, s);
+        Vec::new()
+    }
+
+    /// What changed in the server ports since the last call, and why.
+    pub fn take_change(&mut self) -> Option<String> {
+        self.change.take()
+    }
+
+    /// The server ports, the candidates and, when nothing QUIC is watched,
+    /// why and what to do.
+    pub fn info(&self, reason: String) -> QuicPortsInfo {
+        let mut ports = Vec::new();
+        let mut explicit: Vec<u16> = self.explicit.iter().copied().collect();
+        explicit.sort_unstable();
+        for (lo, hi) in ranges(&explicit) {
+            let port = span(lo, hi);
+            let pid = self.servers.get(&lo).and_then(|(p, _)| *p);
+            ports.push(QuicPortInfo { port, pid, why: Why::Explicit.text() });
+        }
+        for (p, (pid, why)) in self.servers.iter().filter(|(_, (_, w))| *w != Why::Explicit) {
+            ports.push(QuicPortInfo { port: p.to_string(), pid: *pid, why: why.text() });
+        }
+        for (lo, hi, to) in hop_ranges(&self.hops) {
+            let pid = self.servers.get(&to).and_then(|(p, _)| *p);
+            ports.push(QuicPortInfo {
+                port: span(lo, hi),
+                pid,
+                why: format!("port hopping: a firewall rule sends it to {to}"),
+            });
+        }
+        let candidates: Vec<u16> = self.candidates.keys().copied().collect();
+        QuicPortsInfo { note: self.note(), ports, candidates, reason }
+    }
+
+    /// Why nothing QUIC is watched, when nothing is.
+    pub fn note(&self) -> Option<String> {
+        if !self.servers.is_empty() {
+            return None;
+        }
+        Some(if !self.discover {
+            "no QUIC server port watched: every process is watched, so server ports are not discovered; give --port P (or select the proxy with --pid/--comm/--unit)".into()
+        } else if self.candidates.is_empty() {
+            "no QUIC server port watched: the watched processes have no unconnected UDP socket (no QUIC server running?); give --port P if it serves elsewhere".into()
+        } else {
+            format!(
+                "no QUIC server port yet: UDP port(s) {} of the watched processes wait for a client's Initial to show they serve QUIC (connections opened before hystall started are seen only once a client connects anew); --port P watches a port at once",
+                list(&self.candidates.keys().copied().collect::<Vec<_>>())
+            )
+        })
+    }
+}
+
+/// A long-header Initial with a DCID of at least 8 bytes: what a client's first
+/// packet is (RFC 9000 §7.2; a server's Initials carry the client's SCID,
+/// which quic-go clients keep at 4 bytes).
+fn first_initial(bytes: &[u8]) -> bool {
+    let Peek::Long { version, dcid, .. } = Peek::of(bytes) else { return false };
+    let ty = (bytes[0] >> 4) & 0x03;
+    let initial = match version {
+        VERSION_1 | VERSION_DRAFT_29 => ty == 0,
+        VERSION_2 => ty == 1,
+        _ => false,
+    };
+    initial && dcid.len() >= 8
+}
+
+fn hold(held: &mut VecDeque<FlowSample>, s: FlowSample) {
+    if held.len() == HELD_PER_PORT {
+        held.pop_front();
+    }
+    held.push_back(s);
+}
+
+fn bounded_insert(set: &mut HashSet<FlowId>, f: FlowId) {
+    if set.len() >= FLOWS_PER_PORT {
+        set.clear();
+    }
+    set.insert(f);
+}
+
+fn list(ports: &[u16]) -> String {
+    let v: Vec<String> = ports.iter().map(u16::to_string).collect();
+    if v.len() > 8 { format!("{}… ({} ports)", v[..8].join(","), v.len()) } else { v.join(",") }
+}
+
+fn span(lo: u16, hi: u16) -> String {
+    if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") }
+}
+
+/// Runs of consecutive hop ports sent to the same server port: (lo, hi, to).
+fn hop_ranges(hops: &BTreeMap<u16, u16>) -> Vec<(u16, u16, u16)> {
+    let mut out: Vec<(u16, u16, u16)> = Vec::new();
+    for (&p, &to) in hops {
+        match out.last_mut() {
+            Some((_, hi, t)) if *t == to && u32::from(*hi) + 1 == u32::from(p) => *hi = p,
+            _ => out.push((p, p, to)),
+        }
+    }
+    out
+}
+
+/// Consecutive runs of sorted ports.
+fn ranges(sorted: &[u16]) -> Vec<(u16, u16)> {
+    let mut out: Vec<(u16, u16)> = Vec::new();
+    for &p in sorted {
+        match out.last_mut() {
+            Some((_, hi)) if u32::from(*hi) + 1 == u32::from(p) => *hi = p,
+            _ => out.push((p, p)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
