@@ -41,19 +41,28 @@ pub fn checkpoints(t: &Target, out: &mut Vec<Mono>) {
     }
 }
 
-/// Whether connection `c` can have carried the bytes of all of `set`.
+/// Whether connection `c` can have carried the bytes of all of `set`: for
+/// each target's start, the targets that started then or later took no more
+/// than the connection carried since (a target takes nothing before its
+/// connect, so bytes carried before it went elsewhere).
 pub fn carried(c: &ConnSeries, set: &[&Target]) -> bool {
-    let Some(start) = set.iter().map(|t| t.start).min() else { return true };
-    let base = c.series.at(start);
-    let slack = MARK_BYTES * (set.len() + c.per_cpu.len().max(1)) as u64;
+    let slack_for = |n: usize| MARK_BYTES * (n + c.per_cpu.len().max(1)) as u64;
+    let mut starts: Vec<Mono> = set.iter().map(|t| t.start).collect();
+    starts.sort_unstable();
+    starts.dedup();
     let mut times = Vec::with_capacity(set.len() * 4);
-    for t in set {
-        checkpoints(t, &mut times);
-    }
-    times.iter().all(|&at| {
-        let need: u64 = set.iter().map(|t| took(t, at)).sum();
-        let have = c.series.at(at).saturating_sub(base);
-        need <= have + slack + have / 100
+    starts.iter().all(|&from| {
+        let later: Vec<&&Target> = set.iter().filter(|t| t.start >= from).collect();
+        let base = c.series.at(from);
+        times.clear();
+        for t in &later {
+            checkpoints(t, &mut times);
+        }
+        let slack = slack_for(later.len());
+        times.iter().all(|&at| {
+            let need: u64 = later.iter().map(|t| took(t, at)).sum();
+            need <= c.series.at(at).saturating_sub(base) + slack
+        })
     })
 }
 

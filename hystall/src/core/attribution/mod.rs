@@ -369,10 +369,10 @@ impl Attribution {
         if let Some(poll) = self.last_poll {
             let window = self.cfg.connect_window;
             let max = self.cfg.max_candidates;
-            for t in self.targets.values_mut().filter(|t| t.at_connect.is_none()) {
+            for (cookie, t) in self.targets.iter_mut().filter(|(_, t)| t.at_connect.is_none()) {
                 let Some(at) = t.connect.filter(|at| *at <= poll) else { continue };
                 let (cands, crowded) = connect::candidates(at, t.pid, window, max, conns, &owner_of);
-                tracing::debug!(at = at.0, pid = t.pid, ?cands, crowded, "attribution: at connect");
+                tracing::debug!(cookie, at = at.0, pid = t.pid, ?cands, crowded, "attribution: at connect");
                 t.at_connect = Some(cands);
                 t.crowded = crowded;
                 self.dirty = true;

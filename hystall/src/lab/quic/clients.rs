@@ -116,6 +116,10 @@ pub struct Shared {
     pub chunk: usize,
     pub probe_every: Duration,
     pub probe_timeout: Duration,
+    /// When the lab's own uploads start (each client's `after` counts from then).
+    pub uploads_at: Duration,
+    /// Where the clients' probe rounds go.
+    pub probes: mpsc::UnboundedSender<ClientProbe>,
 }
 
 /// Connects client `index` and starts its work `start + spec.after` from now.
@@ -125,8 +129,6 @@ pub async fn start(
     shared: &Shared,
     crypto: quinn::crypto::rustls::QuicClientConfig,
     transport: quinn::TransportConfig,
-    start: Duration,
-    probes: mpsc::UnboundedSender<ClientProbe>,
     since: impl Fn() -> f64 + Send + 'static,
 ) -> anyhow::Result<Running> {
     let target = match spec.behaviour {
@@ -144,7 +146,8 @@ pub async fn start(
     };
     let mut tasks = Vec::new();
     if let Some(addr) = info.target_addr {
-        let (conn, n, chunk, wait) = (client.connection().clone(), spec.uploads, shared.chunk, start + spec.after);
+        let (conn, n, chunk, wait) =
+            (client.connection().clone(), spec.uploads, shared.chunk, shared.uploads_at + spec.after);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             let uploads = Arc::new(Uploads::start(&conn, addr, n, chunk));
@@ -154,7 +157,7 @@ pub async fn start(
         }));
     }
     let mut prober = Prober::new(client.connection().clone(), shared.echo, shared.probe_timeout);
-    let every = shared.probe_every;
+    let (every, probes) = (shared.probe_every, shared.probes.clone());
     tasks.push(tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

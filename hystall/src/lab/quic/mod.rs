@@ -284,28 +284,21 @@ pub async fn run_lab_until(
         probe_timeout: cfg.probe_timeout.as_secs_f64(),
     }));
 
+    let (client_probes_tx, mut client_probes) = mpsc::unbounded_channel();
     let shared = clients::Shared {
         server: connect_addr(proxy.addr()),
         echo: echo.addr(),
         chunk: cfg.chunk,
         probe_every: cfg.probe_every,
         probe_timeout: cfg.probe_timeout,
+        uploads_at: cfg.delay,
+        probes: client_probes_tx,
     };
-    let (client_probes_tx, mut client_probes) = mpsc::unbounded_channel();
     let mut extra = Vec::new();
     for (i, spec) in cfg.clients.iter().enumerate() {
-        let c = clients::start(
-            i + 1,
-            spec,
-            &shared,
-            identity.client_crypto(None)?,
-            transport(true),
-            cfg.delay,
-            client_probes_tx.clone(),
-            since,
-        )
-        .await
-        .with_context(|| format!("starting lab client {}", i + 1))?;
+        let c = clients::start(i + 1, spec, &shared, identity.client_crypto(None)?, transport(true), since)
+            .await
+            .with_context(|| format!("starting lab client {}", i + 1))?;
         events(LabEvent::LabClient(c.info.clone()));
         extra.push(c);
     }
