@@ -67,13 +67,12 @@ fn each_starved_lab_client_is_flagged_with_its_own_targets_only() {
     // Each client's last probe: does a new stream through it still work?
     let mut works: BTreeMap<usize, bool> = BTreeMap::new();
     for l in &lab_lines {
-        match l["event"].as_str() {
-            Some("lab_probe") => drop(works.insert(0, l["stream_ok"] == true)),
-            Some("lab_client_probe") => {
-                drop(works.insert(l["index"].as_u64().unwrap() as usize, l["stream_ok"] == true))
-            }
-            _ => {}
-        }
+        let index = match l["event"].as_str() {
+            Some("lab_probe") => 0,
+            Some("lab_client_probe") => l["index"].as_u64().unwrap() as usize,
+            _ => continue,
+        };
+        works.insert(index, l["stream_ok"] == true);
     }
     let conn_of: BTreeMap<u64, SocketAddr> = events
         .iter()
