@@ -173,6 +173,7 @@ fn enforce_frees_the_lab_connection() {
 
 #[test]
 fn enforcement_refuses_without_a_selection_or_privilege() {
+    let _g = common::serial();
     // Without a selection (and no known proxy running): refused, clearly.
     let out =
         std::process::Command::new(common::bin()).args(["watch", "--enforce", "--duration", "1"]).output().unwrap();

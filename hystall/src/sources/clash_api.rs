@@ -131,31 +131,10 @@ pub fn fetch(agent: &ureq::Agent, api: &ClashApi) -> Result<Vec<RelayRecord>, Cl
     parse_connections(&body, api.pid, now, unix)
 }
 
-/// Polls the API every `every` on a thread of its own and sends what it gets;
-/// a failure is logged once per change of error, and polling goes on.
+/// Polls the API every `every` on a thread of its own and sends what it gets.
 pub fn spawn_poller(api: ClashApi, every: Duration, tx: Sender<Observation>) {
-    std::thread::spawn(move || {
-        let agent: ureq::Agent =
-            ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(2))).build().into();
-        let mut last_err = String::new();
-        loop {
-            match fetch(&agent, &api) {
-                Ok(records) => {
-                    last_err.clear();
-                    if tx.send(Observation::Relays { at: mono_now(), records }).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let msg = e.to_string();
-                    if msg != last_err {
-                        tracing::warn!("{msg}");
-                        last_err = msg;
-                    }
-                }
-            }
-            std::thread::sleep(every);
-        }
+    super::api_poll::spawn(every, tx, move |agent| {
+        fetch(agent, &api).map(|records| Observation::Relays { at: mono_now(), records })
     });
 }
 

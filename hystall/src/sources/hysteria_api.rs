@@ -83,31 +83,10 @@ pub fn fetch(agent: &ureq::Agent, base: &str, secret: Option<&str>) -> Result<Ve
     parse_dump(&body, now, unix)
 }
 
-/// Polls the API every `every` on a thread of its own and sends what it gets;
-/// a failure is logged once per change of error, and polling goes on.
+/// Polls the API every `every` on a thread of its own and sends what it gets.
 pub fn spawn_poller(base: String, secret: Option<String>, every: Duration, tx: Sender<Observation>) {
-    std::thread::spawn(move || {
-        let agent: ureq::Agent =
-            ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(2))).build().into();
-        let mut last_err = String::new();
-        loop {
-            match fetch(&agent, &base, secret.as_deref()) {
-                Ok(streams) => {
-                    last_err.clear();
-                    if tx.send(Observation::Streams { at: mono_now(), streams }).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let msg = e.to_string();
-                    if msg != last_err {
-                        tracing::warn!("{msg}");
-                        last_err = msg;
-                    }
-                }
-            }
-            std::thread::sleep(every);
-        }
+    super::api_poll::spawn(every, tx, move |agent| {
+        fetch(agent, &base, secret.as_deref()).map(|streams| Observation::Streams { at: mono_now(), streams })
     });
 }
 

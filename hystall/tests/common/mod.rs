@@ -18,6 +18,12 @@ use serde_json::Value;
 /// Root tests attach kernel probes and measure timing: run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The serialising guard alone, for tests that run as any user but attach or
+/// enforce (two enforcing monitors at once refuse each other).
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Returns the serialising guard when root; prints the skip line otherwise.
 pub fn root_or_skip(test: &str) -> Option<MutexGuard<'static, ()>> {
     // SAFETY: geteuid has no preconditions.

@@ -40,6 +40,7 @@ use super::flows::FlowId;
 use super::observation::ByteMark;
 use super::sockets::SocketTable;
 use super::time::Mono;
+use super::verdict::Verdict;
 use api::RelayRecord;
 use series::ByteSeries;
 
@@ -48,9 +49,10 @@ const CONN_POINTS: usize = 4096;
 /// Points kept per target series.
 const TARGET_POINTS: usize = 512;
 /// Connection series older than this are dropped (no target looks further back).
-const CONN_HORIZON: Duration = Duration::from_secs(60);
-/// A closed target's bytes still explain its connection's for this long.
-const CLOSED_KEEP: Duration = Duration::from_secs(60);
+const CONN_HORIZON: Duration = Duration::from_secs(30);
+/// A closed target linked to a connection still explains its bytes for this
+/// long (the horizon); an unlinked one is forgotten when it closes.
+const CLOSED_KEEP: Duration = CONN_HORIZON;
 /// The deduction runs at least this often (and whenever marks arrived).
 const SOLVE_EVERY: Duration = Duration::from_secs(1);
 /// Flow marks waiting for their flow's connection, at most (flows) and for how long.
@@ -92,15 +94,19 @@ pub struct Evidence {
     pub connect: bool,
     /// Its bytes moved with this connection's and no other's.
     pub bytes: bool,
+    /// Neither its connect nor its bytes were seen (it predates us, or its
+    /// process was found after it dialled), and its process serves this one
+    /// QUIC connection alone.
+    pub only: bool,
 }
 
 impl Evidence {
     /// A link the connect alone made (checked again as bytes come).
-    pub const CONNECT_ONLY: Evidence = Evidence { api: false, connect: true, bytes: false };
+    pub const CONNECT_ONLY: Evidence = Evidence { api: false, connect: true, bytes: false, only: false };
 
     /// The names of the kinds present, strongest first (`api`, `connect`, `bytes`).
     pub fn names(&self) -> Vec<&'static str> {
-        [(self.api, "api"), (self.connect, "connect"), (self.bytes, "bytes")]
+        [(self.api, "api"), (self.connect, "connect"), (self.bytes, "bytes"), (self.only, "only")]
             .into_iter()
             .filter_map(|(on, n)| on.then_some(n))
             .collect()
@@ -352,6 +358,14 @@ impl Attribution {
     /// something new came; forgets closed sockets and connections.
     pub fn tick(&mut self, now: Mono, conns: &ConnTable, socks: &SocketTable, owners: &HashMap<u16, u32>) {
         let started = *self.started.get_or_insert(now);
+        // Stalled targets whose connect and bytes we never saw (they predate
+        // us, or their process was found later) are followed too.
+        for s in socks.iter().filter(|s| s.closed.is_none() && s.k.outbound && s.verdict == Verdict::Stalled) {
+            if !self.targets.contains_key(&s.k.cookie) {
+                self.targets.insert(s.k.cookie, Target::new(s.k.pid, s.k.first_seen.unwrap_or(now)));
+                self.dirty = true;
+            }
+        }
         self.adopt_orphans(now, conns);
         self.forget(now, conns, socks);
         for (id, cs) in self.conns.iter_mut() {
@@ -401,7 +415,7 @@ impl Attribution {
         let mut open = std::collections::BTreeMap::new();
         let mut linked = self.by_conn.clone();
         for (cookie, t) in &self.targets {
-            if t.other_inbound || t.link.is_some_and(|l| l.evidence != Evidence::CONNECT_ONLY) {
+            if t.closed.is_some() || t.other_inbound || t.link.is_some_and(|l| l.evidence != Evidence::CONNECT_ONLY) {
                 continue;
             }
             // Wait for the poll that says who could have opened it.
@@ -419,6 +433,18 @@ impl Attribution {
                     })
                     .map(|(id, _)| *id)
                     .collect(),
+                // No evidence of its own: its process's one open connection
+                // is the only one it can be, if it has one only.
+                None if t.connect.is_none() => {
+                    let mut mine = conns
+                        .iter()
+                        .filter(|c| c.closed.is_none() && owner_of(c).is_none_or(|p| p == t.pid))
+                        .map(|c| c.id);
+                    match (mine.next(), mine.next()) {
+                        (Some(only), None) => vec![only],
+                        _ => continue,
+                    }
+                }
                 None => continue,
             };
             // A link the connect alone made is checked again by the bytes.
@@ -453,9 +479,15 @@ impl Attribution {
                 Some(&(conn, searched)) => {
                     let by_connect = t.at_connect().is_some_and(|c| c == [conn]);
                     let by_bytes = searched || t.series.len() > self.cfg.min_marks;
+                    let only = t.connect.is_none() && !by_bytes;
                     let link = Link {
                         conn,
-                        evidence: Evidence { api: false, connect: by_connect, bytes: by_bytes || !by_connect },
+                        evidence: Evidence {
+                            api: false,
+                            connect: by_connect,
+                            bytes: by_bytes || (!by_connect && !only),
+                            only,
+                        },
                         score: 1.0 / cands.len().max(1) as f64,
                         since: now,
                     };
@@ -516,6 +548,9 @@ impl Attribution {
             };
             if !open && t.closed.is_none() {
                 t.closed = Some(now);
+                // What it could have been no longer matters.
+                t.at_connect = Some(Vec::new());
+                t.candidates = Vec::new();
             }
             if t.pid == 0
                 && let Some(s) = socks.get(*cookie)
@@ -526,7 +561,7 @@ impl Attribution {
         let gone: Vec<u64> = self
             .targets
             .iter()
-            .filter(|(_, t)| t.closed.is_some_and(|at| now.since(at) >= CLOSED_KEEP))
+            .filter(|(_, t)| t.closed.is_some_and(|at| t.link.is_none() || now.since(at) >= CLOSED_KEEP))
             .map(|(c, _)| *c)
             .collect();
         for cookie in gone {

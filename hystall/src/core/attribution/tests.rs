@@ -128,6 +128,7 @@ impl Node {
     }
 
     fn tick(&mut self, at_ms: u64) {
+        self.socks.tick(ms(at_ms));
         self.conns.tick(ms(at_ms));
         self.links.tick(ms(at_ms), &self.conns, &self.socks, &self.owners);
     }
@@ -224,6 +225,39 @@ fn idle_and_download_only_connections_are_never_candidates() {
     assert_eq!(n.link(7).map(|l| l.0), Some(n.conn(1001)));
     let t = n.links.target(7).unwrap();
     assert!(!t.at_connect().unwrap().contains(&n.conn(1002)), "idle: not a candidate at the dial");
+}
+
+/// A target found already stuck (no connect, no bytes seen: it predates us).
+fn found_stuck(n: &mut Node, cookie: u64, at_ms: u64) {
+    let sample = SockSample {
+        cookie,
+        pid: PID,
+        comm: "sing-box".into(),
+        remote: Some("192.0.2.9:80".parse().unwrap()),
+        outbound: true,
+        state: 1,
+        blocked_since: Some(ms(at_ms)),
+        first_seen: Some(ms(at_ms)),
+        ..Default::default()
+    };
+    n.socks.apply(Observation::Sock { at: ms(at_ms), change: SockChange::Blocked, sample });
+}
+
+#[test]
+fn only_a_stuck_target_of_a_process_with_one_connection_is_that_ones() {
+    let mut n = Node::new();
+    n.client(1001, 1000);
+    found_stuck(&mut n, 7, 1000);
+    n.poll(1001, 12_000);
+    n.tick(12_000);
+    assert_eq!(n.link(7), Some((n.conn(1001), vec!["only"])));
+    // With two connections, nothing tells which: unattributed.
+    let mut n = Node::new();
+    n.client(1001, 1000);
+    n.client(1002, 1000);
+    found_stuck(&mut n, 7, 1000);
+    n.tick(12_000);
+    assert_eq!(n.link(7), None);
 }
 
 #[test]
