@@ -361,8 +361,8 @@ impl Attribution {
         // Stalled targets whose connect and bytes we never saw (they predate
         // us, or their process was found later) are followed too.
         for s in socks.iter().filter(|s| s.closed.is_none() && s.k.outbound && s.verdict == Verdict::Stalled) {
-            if !self.targets.contains_key(&s.k.cookie) {
-                self.targets.insert(s.k.cookie, Target::new(s.k.pid, s.k.first_seen.unwrap_or(now)));
+            if let std::collections::hash_map::Entry::Vacant(e) = self.targets.entry(s.k.cookie) {
+                e.insert(Target::new(s.k.pid, s.k.first_seen.unwrap_or(now)));
                 self.dirty = true;
             }
         }
