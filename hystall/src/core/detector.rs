@@ -65,9 +65,6 @@ pub struct DetectorConfig {
     pub alive_window: Duration,
     /// Client bulk quiet this long (and stalled targets): a candidate.
     pub bulk_quiet: Duration,
-    /// A connection whose last bulk is this much older than a target's last
-    /// progress cannot have fed it.
-    pub attribution_slack: Duration,
     /// The sockets' stall timeout: a server stream idle this long is frozen.
     pub stall_timeout: Duration,
 }
@@ -78,7 +75,6 @@ impl Default for DetectorConfig {
             windows: Windows::default(),
             alive_window: Duration::from_secs(15),
             bulk_quiet: Duration::from_secs(2),
-            attribution_slack: Duration::from_secs(2),
             stall_timeout: Duration::from_secs(10),
         }
     }

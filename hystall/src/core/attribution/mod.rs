@@ -583,9 +583,11 @@ impl Attribution {
 
 /// The process serving `c` (owner of one of its server ports), when known.
 pub fn owner(c: &Conn, owners: &HashMap<u16, u32>) -> Option<u32> {
-    let pids: BTreeSet<u32> = owners.values().copied().collect();
     c.server_ports().iter().find_map(|p| owners.get(p).copied()).or_else(|| {
-        // One process serves here: it owns every connection.
-        (pids.len() == 1).then(|| *pids.iter().next().expect("one"))
+        // One process serves here: it owns every connection (checked without
+        // building a set: this runs per connection and tick).
+        let mut pids = owners.values().copied();
+        let first = pids.next()?;
+        pids.all(|p| p == first).then_some(first)
     })
 }
