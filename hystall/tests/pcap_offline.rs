@@ -26,7 +26,10 @@ struct Tcpdump {
 impl Tcpdump {
     fn start(file: &Path, filter: &str) -> Tcpdump {
         let child = Command::new("tcpdump")
-            .args(["-i", "lo", "--immediate-mode", "-U", "-s", "0", "-w"])
+            // A 128 MiB buffer: the lab's first burst fills the default 2 MiB
+            // one and the kernel drops packets; a lost tail of the client's
+            // stream data leaves the window looking unused (likely, not confirmed).
+            .args(["-i", "lo", "--immediate-mode", "-U", "-s", "0", "-B", "131072", "-w"])
             .arg(file)
             .arg(filter)
             .stdout(Stdio::null())

@@ -329,8 +329,15 @@ impl Run {
         for (i, c) in self.clients.iter().enumerate() {
             let flags = self.flags_of(i);
             story.push(format!(
-                "client {i} {:?} (after {:?}, rate {:?}): udp {:?} conns {:?} tunnel_works {} flags {:?}",
-                c.plan.work, c.plan.start_after, c.plan.rate, c.udp_ports, c.conns, c.tunnel_works, flags
+                "client {i} {:?} (after {:?}, rate {:?}): udp {:?} targets {:?} conns {:?} tunnel_works {} flags {:?}",
+                c.plan.work,
+                c.plan.start_after,
+                c.plan.rate,
+                c.udp_ports,
+                c.target_ports,
+                c.conns,
+                c.tunnel_works,
+                flags
             ));
             assert_eq!(
                 c.tunnel_works,
