@@ -23,7 +23,6 @@ pub const SAMPLE_BYTES: usize = 64;
 /// Sizes of the QUIC maps (docs/ARCHITECTURE.md).
 pub const MAX_FLOWS: u32 = 65_536;
 pub const MAX_PORTS: u32 = 65_536;
-pub const MAX_IFACES: u32 = 256;
 pub const SAMPLES_RING_BYTES: u32 = 1 << 20;
 
 /// A UDP flow between a client and the server, direction-normalised. Addresses

@@ -13,8 +13,8 @@ pub const MARK_SHIFT: u32 = 17;
 pub const MARK_BYTES: u64 = 1 << MARK_SHIFT;
 pub const MARKS_RING_BYTES: u32 = 1 << 21;
 
-/// `Mark::kind`: a UDP flow's client → server payload bytes (per CPU: the
-/// flow map is per CPU, so `bytes` is this CPU's count).
+/// `Mark::kind`: a UDP flow's client → server payload bytes (the flow's
+/// count over all CPUs).
 pub const MARK_FLOW: u32 = 1;
 /// `Mark::kind`: bytes a watched process's sends moved into an outbound socket.
 pub const MARK_SEND: u32 = 2;
@@ -23,7 +23,8 @@ pub const MARK_SEND: u32 = 2;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Mark {
     pub kind: u32,
-    /// The CPU whose count `bytes` is (flows); 0 for sockets.
+    /// The CPU whose count `bytes` is: always 0 now that the flow map is one
+    /// for all CPUs (recordings of the per-CPU map carry the CPU).
     pub cpu: u32,
     pub ts_ns: u64,
     /// The cumulative count after the packet or send that crossed the mark.

@@ -5,6 +5,8 @@
 //! in user space. Struct and record offsets come from user space (read from the
 //! running kernel), so nothing here is tied to one kernel build.
 #![no_std]
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 #![no_main]
 
 mod maps;

@@ -1,10 +1,7 @@
 //! Maps, load-time globals and the helpers every program shares.
 
 use aya_ebpf::{
-    helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
-    },
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
@@ -163,7 +160,7 @@ pub fn mark(kind: u32, ts_ns: u64, bytes: u64, cookie: u64, flow: Option<&FlowKe
             let m = entry.as_mut_ptr();
             unsafe {
                 (*m).kind = kind;
-                (*m).cpu = bpf_get_smp_processor_id();
+                (*m).cpu = 0;
                 (*m).ts_ns = ts_ns;
                 (*m).bytes = bytes;
                 (*m).cookie = cookie;

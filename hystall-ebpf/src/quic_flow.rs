@@ -13,15 +13,17 @@
 //! go on", so the programs after it (a firewall, another observer) still run.
 //! TC_ACT_OK would end the chain there.
 
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
 use aya_ebpf::{
     helpers::generated::bpf_skb_load_bytes,
     macros::{classifier, map},
-    maps::{Array, HashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
+    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
     programs::TcContext,
 };
 use hystall_common::{
-    AF_INET, AF_INET6, DIR_C2S, DIR_S2C, FlowKey, FlowSample, FlowStats, MARK_FLOW, MAX_FLOWS, MAX_IFACES, MAX_PORTS,
-    SAMPLE_BYTES, SAMPLES_RING_BYTES, counter, crossed, size_class,
+    AF_INET, AF_INET6, DIR_C2S, DIR_S2C, FlowKey, FlowSample, FlowStats, MARK_FLOW, MAX_FLOWS, MAX_PORTS, SAMPLE_BYTES,
+    SAMPLES_RING_BYTES, counter, crossed, size_class,
 };
 
 use crate::maps::{bump, mark, now_ns};
@@ -31,14 +33,11 @@ use crate::maps::{bump, mark, now_ns};
 /// and this runs for every UDP packet on the watched interfaces.
 #[map]
 pub static PORTS: Array<u8> = Array::with_max_entries(MAX_PORTS, 0);
-/// Link-layer header length per ifindex (14 for Ethernet and loopback, 0 for
-/// L3 devices such as WireGuard or tun). Missing = 14.
+/// One entry per flow for all CPUs (its size does not grow with the CPU
+/// count): counts are added atomically, so both directions of a flow handled
+/// on different CPUs lose nothing.
 #[map]
-pub static IFACES: HashMap<u32, u32> = HashMap::with_max_entries(MAX_IFACES, 0);
-/// Per-CPU so that counting needs no atomics and loses nothing when both
-/// directions of a flow are handled on different CPUs; user space sums.
-#[map]
-pub static FLOWS: LruPerCpuHashMap<FlowKey, FlowStats> = LruPerCpuHashMap::with_max_entries(MAX_FLOWS, 0);
+pub static FLOWS: LruHashMap<FlowKey, FlowStats> = LruHashMap::with_max_entries(MAX_FLOWS, 0);
 #[map]
 pub static FLOW_SAMPLES: RingBuf = RingBuf::with_byte_size(SAMPLES_RING_BYTES, 0);
 #[map]
@@ -47,19 +46,34 @@ static FLOW_SCRATCH: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(1, 0
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
 const IPPROTO_UDP: u8 = 17;
+/// Link-layer header of Ethernet (and loopback); L3 devices (WireGuard, tun)
+/// have none and get the `_l3` programs.
+const ETH: usize = 14;
 
 /// TCX_NEXT / TC_ACT_UNSPEC: let the next program decide.
 const NEXT: i32 = -1;
 
 #[classifier]
 pub fn quic_ingress(ctx: TcContext) -> i32 {
-    let _ = try_flow(&ctx, true);
+    let _ = try_flow::<ETH>(&ctx, true);
     NEXT
 }
 
 #[classifier]
 pub fn quic_egress(ctx: TcContext) -> i32 {
-    let _ = try_flow(&ctx, false);
+    let _ = try_flow::<ETH>(&ctx, false);
+    NEXT
+}
+
+#[classifier]
+pub fn quic_ingress_l3(ctx: TcContext) -> i32 {
+    let _ = try_flow::<0>(&ctx, true);
+    NEXT
+}
+
+#[classifier]
+pub fn quic_egress_l3(ctx: TcContext) -> i32 {
+    let _ = try_flow::<0>(&ctx, false);
     NEXT
 }
 
@@ -68,22 +82,32 @@ struct Parsed {
     dir: usize,
     payload_off: usize,
     payload_len: u32,
+    /// The payload's first five bytes (zero-padded when shorter).
+    head: [u8; 5],
+}
+
+/// Adds `v` to a counter other CPUs may update too (one locked add; the old
+/// value is not read, so it works with every BPF instruction set).
+#[inline(always)]
+fn add(p: &mut u64, v: u64) {
+    // SAFETY: `p` points into a map value, 8-byte aligned. (The BPF target
+    // has no AtomicU64::fetch_add; the intrinsic is the same instruction.)
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
 }
 
 #[inline(always)]
-fn try_flow(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
+fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     let skb = unsafe { &*ctx.skb.skb };
     let proto = u16::from_be(skb.protocol as u16);
-    if proto != ETH_P_IP && proto != ETH_P_IPV6 {
-        return Err(());
-    }
-    let ifindex = skb.ifindex;
-    // Only two link-layer lengths exist here; a constant keeps offsets bounded.
-    let l2 = if unsafe { IFACES.get(&ifindex) }.copied().unwrap_or(14) == 0 { 0 } else { 14 };
-    let Some(p) = parse(ctx, l2, proto == ETH_P_IPV6, ingress) else {
+    let p = if proto == ETH_P_IP {
+        parse_v4::<L2>(ctx, ingress)?
+    } else if proto == ETH_P_IPV6 {
+        parse_v6::<L2>(ctx, ingress)?
+    } else {
         return Err(());
     };
     bump(counter::UDP_PACKETS);
+    let ifindex = skb.ifindex;
 
     // GSO (egress) and GRO (ingress) super-packets: count their segments.
     let segs = if skb.gso_segs > 1 { skb.gso_segs } else { 1 };
@@ -100,7 +124,6 @@ fn try_flow(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
                 (*scratch).ifindex = ifindex;
             }
             // BPF_NOEXIST: another CPU may have created it meanwhile; then use it.
-            // (A per-CPU insert sets this CPU's copy; the others start zeroed.)
             if FLOWS.insert(&p.key, unsafe { &*scratch }, 1).is_err() && FLOWS.get_ptr(&p.key).is_none() {
                 bump(counter::FLOWS_FULL);
                 return Err(());
@@ -110,108 +133,173 @@ fn try_flow(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     };
     // Checked indexing (no panic paths: the verifier rejects them).
     let d = unsafe { (*stats).dir.get_mut(p.dir).ok_or(())? };
-    // This CPU's client bytes before the packet, for the byte marks.
+    // The flow's client bytes before the packet, for the byte marks (read
+    // without a lock: two CPUs crossing the same mark at once may both mark
+    // it, and user space takes the larger count).
     let before = d.bytes[0] + d.bytes[1] + d.bytes[2];
     if p.dir == DIR_C2S && crossed(before, before + p.payload_len as u64) {
         mark(MARK_FLOW, now, before + p.payload_len as u64, 0, Some(&p.key));
     }
     if let (Some(pk), Some(by), Some(ls)) = (d.packets.get_mut(class), d.bytes.get_mut(class), d.last_ns.get_mut(class))
     {
-        *pk += segs as u64;
+        add(pk, segs as u64);
         // The whole payload of a super-packet (its last segment may be short).
-        *by += p.payload_len as u64;
+        add(by, p.payload_len as u64);
         *ls = now;
     }
     if d.first_ns == 0 {
         d.first_ns = now;
     }
 
-    // Sample the header? (One load of the first five bytes; a shorter
-    // payload falls back to its first byte.)
-    let head: [u8; 5] = rd(ctx, p.payload_off).unwrap_or_else(|_| [rd(ctx, p.payload_off).unwrap_or(0), 0, 0, 0, 0]);
-    if d.sampling.take(now, head, p.dir == DIR_C2S) {
+    if d.sampling.take(now, p.head, p.dir == DIR_C2S) {
         sample(ctx, &p, now, ifindex, segs, seg_len);
     }
     Ok(())
 }
 
 #[inline(always)]
-fn watched(port: u16) -> Option<()> {
-    (PORTS.get(port as u32).copied().unwrap_or(0) != 0).then_some(())
+fn watched(port: u16) -> Result<(), ()> {
+    if PORTS.get(port as u32).copied().unwrap_or(0) != 0 { Ok(()) } else { Err(()) }
 }
 
-/// Reads a `T` at `off` in the packet (`bpf_skb_load_bytes`). Direct packet
-/// access would save the helper calls, but LLVM's bounds checks on a variable
-/// offset are not ones the verifier accepts (tried: "R1 offset is outside of
-/// the packet"); left for a later optimisation.
+/// The packet's first `n` bytes as a bounds-checked pointer for direct reads,
+/// pulling them into the linear part first if they are not there (a driver
+/// that left the headers in fragments); None if the packet is shorter.
+#[inline(always)]
+fn linear(ctx: &TcContext, n: usize) -> Option<*const u8> {
+    if ctx.data() + n <= ctx.data_end() {
+        return Some(ctx.data() as *const u8);
+    }
+    if (ctx.len() as usize) < n || ctx.pull_data(n as u32).is_err() {
+        return None;
+    }
+    (ctx.data() + n <= ctx.data_end()).then(|| ctx.data() as *const u8)
+}
+
+/// Reads a `T` at a constant offset the caller checked with `linear`.
+#[inline(always)]
+unsafe fn at<T: Copy>(base: *const u8, off: usize) -> T {
+    unsafe { core::ptr::read_unaligned(base.add(off) as *const T) }
+}
+
+/// Reads a `T` at `off` in the packet with `bpf_skb_load_bytes` (the slow
+/// path: IPv4 options, short payloads).
 #[inline(always)]
 fn rd<T>(ctx: &TcContext, off: usize) -> Result<T, i64> {
     ctx.load(off)
 }
 
+/// Direction, flow key and payload length from the UDP ports, if the packet
+/// is on a watched port.
 #[inline(always)]
-fn parse(ctx: &TcContext, l2: usize, v6: bool, ingress: bool) -> Option<Parsed> {
-    let mut key = FlowKey::default();
-    let (l4, src_off, dst_off, alen) = if !v6 {
-        let vihl: u8 = rd(ctx, l2).ok()?;
-        if vihl >> 4 != 4 {
-            return None;
-        }
-        let ihl = ((vihl & 0x0f) as usize) * 4;
-        let frag: u16 = u16::from_be(rd(ctx, l2 + 6).ok()?);
-        let proto: u8 = rd(ctx, l2 + 9).ok()?;
-        if proto != IPPROTO_UDP {
-            return None;
-        }
-        if frag & 0x1fff != 0 {
-            // A later fragment has no UDP header: counted, not guessed.
-            bump(counter::UNPARSED);
-            return None;
-        }
-        key.family = AF_INET;
-        (l2 + ihl, l2 + 12, l2 + 16, 4usize)
-    } else {
-        let next: u8 = rd(ctx, l2 + 6).ok()?;
-        if next != IPPROTO_UDP {
-            // Extension headers (rare on QUIC paths) are not walked.
-            if next == 0 || next == 43 || next == 44 || next == 60 {
-                bump(counter::UNPARSED);
-            }
-            return None;
-        }
-        key.family = AF_INET6;
-        (l2 + 40, l2 + 8, l2 + 24, 16usize)
-    };
-    let sport = u16::from_be(rd(ctx, l4).ok()?);
-    let dport = u16::from_be(rd(ctx, l4 + 2).ok()?);
-    let udp_len = u16::from_be(rd(ctx, l4 + 4).ok()?) as u32;
-
-    let (dir, client_off, server_off) = if ingress {
+fn ports(sport: u16, dport: u16, ingress: bool, key: &mut FlowKey) -> Result<usize, ()> {
+    if ingress {
         watched(dport)?;
         key.client_port = sport;
         key.server_port = dport;
-        (DIR_C2S, src_off, dst_off)
+        Ok(DIR_C2S)
     } else {
         watched(sport)?;
         key.client_port = dport;
         key.server_port = sport;
-        (DIR_S2C, dst_off, src_off)
-    };
-    if alen == 4 {
-        let c: [u8; 4] = rd(ctx, client_off).ok()?;
-        let s: [u8; 4] = rd(ctx, server_off).ok()?;
-        key.client[..4].copy_from_slice(&c);
-        key.server[..4].copy_from_slice(&s);
-    } else {
-        key.client = rd(ctx, client_off).ok()?;
-        key.server = rd(ctx, server_off).ok()?;
+        Ok(DIR_S2C)
     }
-    // The UDP length field of a GSO super-packet may describe one segment or
-    // the whole; the skb length is what is really there.
-    let payload_off = l4 + 8;
+}
+
+/// The UDP payload length: the UDP length field of a GSO super-packet may
+/// describe one segment or the whole; the skb length is what is really there.
+#[inline(always)]
+fn payload_len(ctx: &TcContext, udp_len: u32, payload_off: usize) -> u32 {
     let in_skb = (ctx.len() as usize).saturating_sub(payload_off) as u32;
-    let payload_len = if udp_len >= 8 && udp_len - 8 <= in_skb { udp_len - 8 } else { in_skb };
-    Some(Parsed { key, dir, payload_off, payload_len })
+    if udp_len >= 8 && udp_len - 8 <= in_skb { udp_len - 8 } else { in_skb }
+}
+
+#[inline(always)]
+fn parse_v4<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<Parsed, ()> {
+    // IPv4 without options and the UDP header, read in place: fixed offsets.
+    let h = linear(ctx, L2 + 20 + 8).ok_or(())?;
+    let (vihl, frag, proto) = unsafe { (at::<u8>(h, L2), at::<u16>(h, L2 + 6), at::<u8>(h, L2 + 9)) };
+    if proto != IPPROTO_UDP {
+        return Err(());
+    }
+    if u16::from_be(frag) & 0x1fff != 0 {
+        // A later fragment has no UDP header: counted, not guessed.
+        bump(counter::UNPARSED);
+        return Err(());
+    }
+    if vihl != 0x45 {
+        return parse_v4_options::<L2>(ctx, vihl, ingress);
+    }
+    let l4 = L2 + 20;
+    let (sport, dport, udp_len) = unsafe { (at::<u16>(h, l4), at::<u16>(h, l4 + 2), at::<u16>(h, l4 + 4)) };
+    let mut key = FlowKey { family: AF_INET, ..FlowKey::default() };
+    let dir = ports(u16::from_be(sport), u16::from_be(dport), ingress, &mut key)?;
+    // Re-checked: the verifier does not carry the bound across the lookup.
+    let h = linear(ctx, L2 + 20 + 8).ok_or(())?;
+    let (src, dst) = unsafe { (at::<[u8; 4]>(h, L2 + 12), at::<[u8; 4]>(h, L2 + 16)) };
+    let (c, s) = if dir == DIR_C2S { (src, dst) } else { (dst, src) };
+    key.client[..4].copy_from_slice(&c);
+    key.server[..4].copy_from_slice(&s);
+    let payload_off = l4 + 8;
+    let head = head(ctx, L2 + 20 + 8);
+    Ok(Parsed { key, dir, payload_off, payload_len: payload_len(ctx, u16::from_be(udp_len) as u32, payload_off), head })
+}
+
+/// IPv4 with options (rare): a variable header length, read with helpers.
+#[inline(always)]
+fn parse_v4_options<const L2: usize>(ctx: &TcContext, vihl: u8, ingress: bool) -> Result<Parsed, ()> {
+    if vihl >> 4 != 4 || vihl & 0x0f < 5 {
+        return Err(());
+    }
+    let l4 = L2 + ((vihl & 0x0f) as usize) * 4;
+    let sport = u16::from_be(rd(ctx, l4).map_err(|_| ())?);
+    let dport = u16::from_be(rd(ctx, l4 + 2).map_err(|_| ())?);
+    let udp_len = u16::from_be(rd(ctx, l4 + 4).map_err(|_| ())?) as u32;
+    let mut key = FlowKey { family: AF_INET, ..FlowKey::default() };
+    let dir = ports(sport, dport, ingress, &mut key)?;
+    let src: [u8; 4] = rd(ctx, L2 + 12).map_err(|_| ())?;
+    let dst: [u8; 4] = rd(ctx, L2 + 16).map_err(|_| ())?;
+    let (c, s) = if dir == DIR_C2S { (src, dst) } else { (dst, src) };
+    key.client[..4].copy_from_slice(&c);
+    key.server[..4].copy_from_slice(&s);
+    let payload_off = l4 + 8;
+    let head = rd(ctx, payload_off).unwrap_or_else(|_| [rd(ctx, payload_off).unwrap_or(0), 0, 0, 0, 0]);
+    Ok(Parsed { key, dir, payload_off, payload_len: payload_len(ctx, udp_len, payload_off), head })
+}
+
+#[inline(always)]
+fn parse_v6<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<Parsed, ()> {
+    let h = linear(ctx, L2 + 40 + 8).ok_or(())?;
+    let next = unsafe { at::<u8>(h, L2 + 6) };
+    if next != IPPROTO_UDP {
+        // Extension headers (rare on QUIC paths) are not walked.
+        if next == 0 || next == 43 || next == 44 || next == 60 {
+            bump(counter::UNPARSED);
+        }
+        return Err(());
+    }
+    let l4 = L2 + 40;
+    let (sport, dport, udp_len) = unsafe { (at::<u16>(h, l4), at::<u16>(h, l4 + 2), at::<u16>(h, l4 + 4)) };
+    let mut key = FlowKey { family: AF_INET6, ..FlowKey::default() };
+    let dir = ports(u16::from_be(sport), u16::from_be(dport), ingress, &mut key)?;
+    let h = linear(ctx, L2 + 40 + 8).ok_or(())?;
+    let (src, dst) = unsafe { (at::<[u8; 16]>(h, L2 + 8), at::<[u8; 16]>(h, L2 + 24)) };
+    (key.client, key.server) = if dir == DIR_C2S { (src, dst) } else { (dst, src) };
+    let payload_off = l4 + 8;
+    let head = head(ctx, L2 + 40 + 8);
+    Ok(Parsed { key, dir, payload_off, payload_len: payload_len(ctx, u16::from_be(udp_len) as u32, payload_off), head })
+}
+
+/// The first five bytes of a payload at `off`, a constant at each call site
+/// (the verifier needs the bound and the read on the same constant offset);
+/// zero-padded when shorter.
+#[inline(always)]
+fn head(ctx: &TcContext, off: usize) -> [u8; 5] {
+    if ctx.data() + off + 5 <= ctx.data_end() {
+        // SAFETY: bounds checked just above.
+        return unsafe { at::<[u8; 5]>(ctx.data() as *const u8, off) };
+    }
+    rd(ctx, off).unwrap_or_else(|_| [rd(ctx, off).unwrap_or(0), 0, 0, 0, 0])
 }
 
 #[inline(always)]

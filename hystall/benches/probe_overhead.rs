@@ -211,6 +211,18 @@ fn main() {
     }
 
     report(&rates, &views);
+
+    // In-kernel cost per program run (sends: sock_send_length on each send,
+    // tcp_probe on each ACK segment; the state programs at connect and close).
+    println!();
+    println!("in-kernel cost per program run (BPF statistics on; {} s per mode):", round_time.as_secs_f64());
+    for mode in MODES.into_iter().filter(|m| *m != Mode::Detached) {
+        let Ok(Some(probes)) = mode.attach() else { continue };
+        let figures = common::kernel_ns(&probes, || {
+            let _ = measure_sends(round_time, Some(&probes));
+        });
+        common::print_kernel_ns(mode.name(), &figures);
+    }
     if skewed > 0 {
         println!(
             "warning: in {skewed}/{rounds} rounds another process had hystall probes loaded while we measured \

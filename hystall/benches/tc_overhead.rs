@@ -433,6 +433,23 @@ fn main() {
     }
 
     report(&runs, &views);
+
+    // In-kernel cost per program run, per attached mode and workload.
+    println!();
+    println!("in-kernel cost per program run (BPF statistics on; {} s per workload):", round_time.as_secs_f64());
+    for mode in MODES.into_iter().filter(|m| *m != Mode::Detached) {
+        for workload in WORKLOADS {
+            let pair = Pair::new();
+            let probes = match mode.attach(&HashSet::from([pair.port])) {
+                Ok(Some(p)) => p,
+                _ => continue,
+            };
+            let figures = common::kernel_ns(&probes, || {
+                let _ = measure(&pair, workload.len(), round_time);
+            });
+            common::print_kernel_ns(&format!("{} {}", mode.name(), workload.name()), &figures);
+        }
+    }
     if skewed.iter().any(|&n| n > 0) {
         let per_mode: Vec<String> =
             MODES.iter().zip(&skewed).map(|(mode, n)| format!("{} {n}/{rounds}", mode.name())).collect();

@@ -190,3 +190,34 @@ pub fn print_ratios(workloads: &[&str], modes: &[&str], base: usize, unit: &str,
         }
     }
 }
+
+/// In-kernel cost of each program over `run`: BPF run-time statistics on
+/// (they add two clock reads per program run on the whole machine, so this
+/// is measured apart from the ratio rounds), the programs' run time and run
+/// count before and after, and the ns per run of those that ran.
+pub fn kernel_ns(probes: &hystall::sources::probes::Probes, run: impl FnOnce()) -> Vec<(String, f64, u64)> {
+    let guard = hystall::sources::probes::stats::StatsGuard::enable();
+    if !guard.enabled() {
+        println!("note: BPF statistics unavailable: {}", guard.error.as_deref().unwrap_or("?"));
+        return Vec::new();
+    }
+    let before = probes.prog_stats();
+    run();
+    let after = probes.prog_stats();
+    drop(guard);
+    after
+        .iter()
+        .filter_map(|a| {
+            let b = before.iter().find(|b| b.program == a.program)?;
+            let n = a.run_count.saturating_sub(b.run_count);
+            let t = a.run_time.saturating_sub(b.run_time).as_nanos() as f64;
+            (n > 0).then(|| (a.program.clone(), t / n as f64, n))
+        })
+        .collect()
+}
+
+/// Prints `kernel_ns` figures for one workload and mode.
+pub fn print_kernel_ns(label: &str, figures: &[(String, f64, u64)]) {
+    let cells: Vec<String> = figures.iter().map(|(p, ns, n)| format!("{p} {ns:.0} ns ({n} runs)")).collect();
+    println!("  {label}: {}", if cells.is_empty() { "no runs".to_owned() } else { cells.join(", ") });
+}

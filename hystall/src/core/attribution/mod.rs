@@ -187,7 +187,8 @@ impl Target {
 #[derive(Clone, Debug)]
 struct ConnSeries {
     series: ByteSeries,
-    /// The last count of each (flow, CPU): the kernel's flow map is per CPU.
+    /// The last count of each (flow, CPU): one CPU (0) per flow since the
+    /// kernel's flow map is shared; recordings of the per-CPU map have several.
     per_cpu: HashMap<(FlowId, u32), u64>,
     total: u64,
     last_mark: Mono,

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{BtfTracePoint, TracePoint},
 };
 use hystall_common::{FlowKey, FlowStats, InflightSend, SendSyscalls, SockStats, TpOffsets, counter};
@@ -158,14 +158,6 @@ impl Probes {
     /// Attaches the QUIC flow classifier to `ifaces` and watches `ports`.
     pub fn attach_quic(&mut self, ifaces: &[tc::Iface], ports: &HashSet<u16>) -> Result<Vec<ProbeStatus>, ProbeError> {
         self.set_ports(ports)?;
-        {
-            let map = self.ebpf.map_mut("IFACES").ok_or_else(|| ProbeError::Map("IFACES", "missing".into()))?;
-            let mut m: BpfHashMap<_, u32, u32> =
-                BpfHashMap::try_from(map).map_err(|e| ProbeError::Map("IFACES", e.to_string()))?;
-            for i in ifaces {
-                m.insert(i.index, i.l2_len, 0).map_err(|e| ProbeError::Map("IFACES", e.to_string()))?;
-            }
-        }
         if !self.tc_loaded {
             tc::load(&mut self.ebpf).map_err(ProbeError::Load)?;
             self.tc_loaded = true;
@@ -197,32 +189,11 @@ impl Probes {
         RingBuf::try_from(map).map_err(|e| ProbeError::Map("FLOW_SAMPLES", e.to_string()))
     }
 
-    /// Every UDP flow the classifier counts, summed over CPUs.
+    /// Every UDP flow the classifier counts.
     pub fn flows(&self) -> Vec<(FlowKey, FlowStats)> {
         let Some(map) = self.ebpf.map("FLOWS") else { return Vec::new() };
-        let Ok(m) = PerCpuHashMap::<_, FlowKey, FlowStats>::try_from(map) else { return Vec::new() };
-        m.iter()
-            .filter_map(Result::ok)
-            .map(|(k, per_cpu)| {
-                let mut sum = FlowStats::default();
-                for v in per_cpu.iter() {
-                    for d in 0..2 {
-                        let (a, b) = (&mut sum.dir[d], &v.dir[d]);
-                        for c in 0..3 {
-                            a.packets[c] += b.packets[c];
-                            a.bytes[c] += b.bytes[c];
-                            a.last_ns[c] = a.last_ns[c].max(b.last_ns[c]);
-                        }
-                        a.first_ns = match (a.first_ns, b.first_ns) {
-                            (0, x) | (x, 0) => x,
-                            (x, y) => x.min(y),
-                        };
-                    }
-                    sum.ifindex = sum.ifindex.max(v.ifindex);
-                }
-                (k, sum)
-            })
-            .collect()
+        let Ok(m) = BpfHashMap::<_, FlowKey, FlowStats>::try_from(map) else { return Vec::new() };
+        m.iter().filter_map(Result::ok).collect()
     }
 
     /// The ring buffer of byte marks (can be taken once).

@@ -87,7 +87,10 @@ pub fn attach(ebpf: &mut aya::Ebpf, ifaces: &[Iface], guard: &mut QdiscGuard) ->
                 Err(e) => note = Some(format!("clsact on {}: {e}", iface.name)),
             }
         }
-        for (prog, at) in [("quic_ingress", TcAttachType::Ingress), ("quic_egress", TcAttachType::Egress)] {
+        // One program pair per link-layer length: a constant offset in each
+        // (no per-packet lookup of the interface).
+        let pair = if iface.l2_len == 0 { L3 } else { ETH };
+        for (prog, at) in [(pair[0], TcAttachType::Ingress), (pair[1], TcAttachType::Egress)] {
             let res = (|| -> Result<(), String> {
                 let p: &mut SchedClassifier =
                     ebpf.program_mut(prog).ok_or("missing from the object")?.try_into().map_err(|e| format!("{e}"))?;
@@ -111,9 +114,14 @@ pub fn attach(ebpf: &mut aya::Ebpf, ifaces: &[Iface], guard: &mut QdiscGuard) ->
     out
 }
 
-/// Loads the two classifiers (once).
+/// The classifiers for Ethernet-like interfaces (and loopback): ingress, egress.
+const ETH: [&str; 2] = ["quic_ingress", "quic_egress"];
+/// The classifiers for interfaces without a link-layer header (WireGuard, tun).
+const L3: [&str; 2] = ["quic_ingress_l3", "quic_egress_l3"];
+
+/// Loads the classifiers (once).
 pub fn load(ebpf: &mut aya::Ebpf) -> Result<(), String> {
-    for prog in ["quic_ingress", "quic_egress"] {
+    for prog in ETH.into_iter().chain(L3) {
         let p: &mut SchedClassifier =
             ebpf.program_mut(prog).ok_or("missing from the object")?.try_into().map_err(|e| format!("{e}"))?;
         p.load().map_err(|e| format!("load {prog}: {e}"))?;

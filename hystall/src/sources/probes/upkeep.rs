@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use aya::maps::{HashMap as BpfHashMap, PerCpuHashMap};
+use aya::maps::HashMap as BpfHashMap;
 use hystall_common::{FlowKey, FlowStats, InflightSend, MAX_FLOWS, MAX_INFLIGHT, MAX_PIDS, MAX_SOCKS, SockStats};
 
 use super::Probes;
@@ -29,7 +29,7 @@ impl Probes {
         let count = |name: &str, f: &dyn Fn(&aya::maps::Map) -> Option<u64>| self.ebpf.map(name).and_then(f);
         let socks = count("SOCKS", &|m| Some(BpfHashMap::<_, u64, SockStats>::try_from(m).ok()?.keys().count() as u64));
         let flows =
-            count("FLOWS", &|m| Some(PerCpuHashMap::<_, FlowKey, FlowStats>::try_from(m).ok()?.keys().count() as u64));
+            count("FLOWS", &|m| Some(BpfHashMap::<_, FlowKey, FlowStats>::try_from(m).ok()?.keys().count() as u64));
         let inflight =
             count("INFLIGHT", &|m| Some(BpfHashMap::<_, u32, InflightSend>::try_from(m).ok()?.keys().count() as u64));
         let pids = count("PIDS", &|m| Some(BpfHashMap::<_, u32, u8>::try_from(m).ok()?.keys().count() as u64));
@@ -58,6 +58,6 @@ impl Probes {
     /// A packet that comes later simply starts a fresh entry.
     pub fn forget_flow(&mut self, key: &FlowKey) -> bool {
         let Some(map) = self.ebpf.map_mut("FLOWS") else { return false };
-        PerCpuHashMap::<_, FlowKey, FlowStats>::try_from(map).is_ok_and(|mut m| m.remove(key).is_ok())
+        BpfHashMap::<_, FlowKey, FlowStats>::try_from(map).is_ok_and(|mut m| m.remove(key).is_ok())
     }
 }
