@@ -3,7 +3,7 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use hystall_common::{
     AF_INET, AF_INET6, EVENTS_RING_BYTES, FlowKey, InflightSend, MARKS_RING_BYTES, MAX_INFLIGHT, MAX_PIDS, MAX_SOCKS,
@@ -34,6 +34,10 @@ pub static SOCKS: LruHashMap<u64, SockStats> = LruHashMap::with_max_entries(MAX_
 /// a send never reaches sys_exit, and its entry must not pin a slot.
 #[map]
 pub static INFLIGHT: LruHashMap<u32, InflightSend> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+/// Switches user space flips at run time: [0] = 1 while the syscall probes
+/// are attached (until then `INFLIGHT` is empty and sends skip its lookup).
+#[map]
+pub static SWITCHES: Array<u32> = Array::with_max_entries(1, 0);
 /// State-change events for user space.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
@@ -197,8 +201,13 @@ pub fn track_sock(cookie: u64, sk: *const u8, offs: &SockOffsets, now: u64, flag
     SOCKS.get_ptr_mut(&cookie)
 }
 
-/// The in-flight send of thread `tid`, if any.
+/// The in-flight send of thread `tid`, if any (an array test first: the hash
+/// lookup is most of a send's cost, and the table is empty while the
+/// syscall probes are not attached, which is the usual case).
 #[inline(always)]
 pub fn inflight(tid: u32) -> Option<InflightSend> {
+    if SWITCHES.get(0).copied().unwrap_or(0) == 0 {
+        return None;
+    }
     unsafe { INFLIGHT.get(&tid) }.copied()
 }

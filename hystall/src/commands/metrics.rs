@@ -45,6 +45,7 @@ impl Metrics {
             progs: p.live.prog_stats(),
             stats_enabled: self.stats.enabled(),
             maps: p.live.map_fill.clone(),
+            flows_evicted: p.live.flows_evicted(),
             quic_server_ports: p.live.quic_port_counts().0 as u64,
             quic_candidate_ports: p.live.quic_port_counts().1 as u64,
         };

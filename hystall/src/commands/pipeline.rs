@@ -281,10 +281,20 @@ impl Pipeline {
         }
     }
 
-    /// Kernel events lost so far (ring buffers full).
+    /// Kernel events lost so far (ring buffers full: events, header samples,
+    /// byte marks).
     pub fn lost(&self) -> u64 {
+        use hystall_common::counter::{EVENTS_LOST, MARKS_LOST, SAMPLES_LOST};
         let c = self.live.counters();
-        c[hystall_common::counter::EVENTS_LOST as usize] + c[hystall_common::counter::SAMPLES_LOST as usize]
+        c[EVENTS_LOST as usize] + c[SAMPLES_LOST as usize] + c[MARKS_LOST as usize]
+    }
+
+    /// Kernel map entries lost so far: inserts into a full map, flows the
+    /// LRU flow map evicted.
+    pub fn evicted(&self) -> u64 {
+        use hystall_common::counter::{FLOWS_FULL, MAP_FULL};
+        let c = self.live.counters();
+        c[MAP_FULL as usize] + c[FLOWS_FULL as usize] + self.live.flows_evicted()
     }
 
     /// Kernel events delivered so far.

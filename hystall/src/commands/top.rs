@@ -270,6 +270,7 @@ fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
         quic_note: None,
         events_per_sec: 0.0,
         events_lost: 0,
+        evicted: 0,
         mode: format!("replay +{pos:.1}s {state} ({})", &clock.rfc3339(at)[..19]),
         refresh_ms,
     }
@@ -296,6 +297,7 @@ fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Hea
         quic_note: quic.note,
         events_per_sec,
         events_lost: p.lost(),
+        evicted: p.evicted(),
         mode: p.mode(),
         refresh_ms,
     }

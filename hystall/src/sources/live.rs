@@ -89,6 +89,9 @@ pub struct Live {
     procs: procs::ProcCache,
     /// The kernel key of each flow of the last poll (to delete closed ones).
     flow_keys: HashMap<FlowId, FlowKey>,
+    /// Flows the kernel's LRU map dropped to make room (gone between two
+    /// reads without our deleting them): the map is too small for the node.
+    flows_evicted: u64,
     last_upkeep: Mono,
     /// Kernel map occupancy as of the last upkeep.
     pub map_fill: Vec<MapFill>,
@@ -136,6 +139,7 @@ impl Live {
             pending: Vec::new(),
             procs: Default::default(),
             flow_keys: HashMap::new(),
+            flows_evicted: 0,
             last_upkeep: Mono::ZERO,
             map_fill: Vec::new(),
             sends: HashMap::new(),
@@ -285,6 +289,11 @@ impl Live {
         self.probes.counters()
     }
 
+    /// Flows the kernel's flow map evicted (LRU, full) since the start.
+    pub fn flows_evicted(&self) -> u64 {
+        self.flows_evicted
+    }
+
     /// Waits until a ring buffer has data, then moves it into `out`.
     pub async fn recv(&mut self, out: &mut Vec<Observation>) -> std::io::Result<()> {
         let first = out.len();
@@ -380,7 +389,11 @@ impl Live {
                     self.probes.forget_flow(k);
                 }
             }
-            self.flow_keys = kernel.iter().map(|(k, _)| (quic::flow_id(k), *k)).collect();
+            let keys: HashMap<FlowId, FlowKey> = kernel.iter().map(|(k, _)| (quic::flow_id(k), *k)).collect();
+            let evicted = self.flow_keys.keys().filter(|f| !keys.contains_key(f)).count() as u64;
+            tracing::debug!(flows = keys.len(), before = self.flow_keys.len(), evicted, "flow map read");
+            self.flows_evicted += evicted;
+            self.flow_keys = keys;
             let flows = kernel.iter().map(|(k, s)| (quic::flow_id(k), quic::flow_counters(s))).collect();
             out.push(Observation::FlowCounts { at: now, flows });
             self.read_sends(now, targets, out);

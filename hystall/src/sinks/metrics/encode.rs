@@ -88,7 +88,14 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
         [
             (vec![("ring", "events".to_owned())], c(counter::EVENTS_LOST)),
             (vec![("ring", "samples".to_owned())], c(counter::SAMPLES_LOST)),
+            (vec![("ring", "marks".to_owned())], c(counter::MARKS_LOST)),
         ],
+    );
+    count(
+        &mut r,
+        "kernel_map_evicted",
+        "Flows the kernel's LRU flow map evicted to make room (it is too small for this node)",
+        k.flows_evicted,
     );
     counts(
         &mut r,

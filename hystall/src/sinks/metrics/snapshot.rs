@@ -114,6 +114,8 @@ pub struct Kernel {
     pub stats_enabled: bool,
     /// Occupancy of the kernel maps that grow with traffic (counted every 10 s).
     pub maps: Vec<crate::sources::probes::upkeep::MapFill>,
+    /// Flows the kernel's LRU flow map evicted to make room.
+    pub flows_evicted: u64,
     /// QUIC server ports watched (0: no QUIC connection can be seen).
     pub quic_server_ports: u64,
     /// Unconnected UDP ports of the watched processes not yet shown to serve QUIC.

@@ -51,6 +51,10 @@ pub fn draw(f: &mut Frame, area: Rect, h: &Header, c: &Counts, paused: bool, the
     l2.push(Span::raw(format!("{:.1}/s", h.events_per_sec)));
     l2.push(Span::styled("  lost ", theme.label()));
     l2.push(Span::styled(h.events_lost.to_string(), if h.events_lost > 0 { theme.bad() } else { theme.good() }));
+    if h.evicted > 0 {
+        l2.push(Span::styled("  evicted ", theme.label()));
+        l2.push(Span::styled(h.evicted.to_string(), theme.bad()));
+    }
     l2.push(Span::styled(format!("  refresh {}ms", h.refresh_ms), theme.dim()));
 
     let mut l3 = vec![Span::styled("QUIC ", theme.label())];

@@ -65,6 +65,8 @@ pub struct Header {
     pub quic_note: Option<String>,
     pub events_per_sec: f64,
     pub events_lost: u64,
+    /// Kernel map entries lost (full maps, LRU evictions).
+    pub evicted: u64,
     /// "observe", "enforce 10s", "dry-run 10s"
     pub mode: String,
     pub refresh_ms: u64,
@@ -82,6 +84,7 @@ impl Default for Header {
             quic_note: None,
             events_per_sec: 0.0,
             events_lost: 0,
+            evicted: 0,
             mode: "observe".into(),
             refresh_ms: 1000,
         }

@@ -37,6 +37,7 @@ fn header() -> Header {
         quic_note: None,
         events_per_sec: 3.5,
         events_lost: 0,
+        evicted: 0,
         mode: "observe".into(),
         refresh_ms: 1000,
     }
@@ -378,4 +379,14 @@ fn draws_a_big_node_fast() {
     assert!(worst < Duration::from_millis(500), "draw took {worst:?}");
     let text = format!("{}", term.backend());
     assert!(text.contains("STALLED"), "{text}");
+}
+
+#[test]
+fn lost_events_and_evicted_map_entries_show_in_the_header() {
+    let mut n = Node::new();
+    let quiet = format!("{}", n.draw(160, 20, T0).backend());
+    assert!(quiet.contains("lost 0") && !quiet.contains("evicted"), "{quiet}");
+    n.tui.set_header(Header { events_lost: 3, evicted: 14_592, ..header() });
+    let text = format!("{}", n.draw(160, 20, T0).backend());
+    assert!(text.contains("lost 3") && text.contains("evicted 14592"), "{text}");
 }

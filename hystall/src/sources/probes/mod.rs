@@ -239,6 +239,13 @@ impl Probes {
                 Err(e) => st.note = Some(format!("{e}; without it hystall loses: {}", spec.why)),
             }
         }
+        if self.syscalls_attached() {
+            // The send probe may now find threads in INFLIGHT.
+            let map = self.ebpf.map_mut("SWITCHES").ok_or_else(|| ProbeError::Map("SWITCHES", "missing".into()))?;
+            let mut m: aya::maps::Array<_, u32> =
+                aya::maps::Array::try_from(map).map_err(|e| ProbeError::Map("SWITCHES", e.to_string()))?;
+            m.set(0, 1, 0).map_err(|e| ProbeError::Map("SWITCHES", e.to_string()))?;
+        }
         Ok(())
     }
 

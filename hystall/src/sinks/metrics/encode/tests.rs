@@ -103,6 +103,7 @@ fn kernel() -> Kernel {
     counters[hystall_common::counter::EVENTS_SENT as usize] = 120;
     counters[hystall_common::counter::EVENTS_LOST as usize] = 2;
     counters[hystall_common::counter::SAMPLES_LOST as usize] = 5;
+    counters[hystall_common::counter::MARKS_LOST as usize] = 3;
     let probe = |p: &str, attached, waiting| ProbeGauge { program: p.into(), attached, waiting };
     Kernel {
         counters,
@@ -115,6 +116,7 @@ fn kernel() -> Kernel {
         progs: vec![ProgStats { program: "tcp_probe".into(), run_time: Duration::from_millis(1500), run_count: 300 }],
         stats_enabled: true,
         maps: vec![MapFill { map: "socks", entries: 7, capacity: 131_072 }],
+        flows_evicted: 9,
         quic_server_ports: 0,
         quic_candidate_ports: 2,
     }
@@ -164,6 +166,8 @@ fn a_starved_node_shows_in_every_metric() {
         ("hystall_kernel_events_total{ring=\"events\"}", 120.0),
         ("hystall_kernel_events_lost_total{ring=\"events\"}", 2.0),
         ("hystall_kernel_events_lost_total{ring=\"samples\"}", 5.0),
+        ("hystall_kernel_events_lost_total{ring=\"marks\"}", 3.0),
+        ("hystall_kernel_map_evicted_total", 9.0),
         ("hystall_probe_attached{program=\"sock_send_length\"}", 1.0),
         ("hystall_probe_attached{program=\"tcp_probe\"}", 0.0),
         ("hystall_probe_attached{program=\"sys_enter\"}", 0.0),
