@@ -4,6 +4,7 @@
 //! links), so an early return, a signal handled by the caller, or a panic that
 //! unwinds leaves nothing behind in the kernel.
 
+pub mod batch;
 pub mod btf;
 pub mod stats;
 pub mod syscalls;
@@ -189,11 +190,18 @@ impl Probes {
         RingBuf::try_from(map).map_err(|e| ProbeError::Map("FLOW_SAMPLES", e.to_string()))
     }
 
-    /// Every UDP flow the classifier counts.
+    /// Every UDP flow the classifier counts (in batches; entry by entry on
+    /// kernels without batch reads).
     pub fn flows(&self) -> Vec<(FlowKey, FlowStats)> {
         let Some(map) = self.ebpf.map("FLOWS") else { return Vec::new() };
-        let Ok(m) = BpfHashMap::<_, FlowKey, FlowStats>::try_from(map) else { return Vec::new() };
-        m.iter().filter_map(Result::ok).collect()
+        match batch::read_all(map) {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::debug!("FLOWS batch read: {e}");
+                let Ok(m) = BpfHashMap::<_, FlowKey, FlowStats>::try_from(map) else { return Vec::new() };
+                m.iter().filter_map(Result::ok).collect()
+            }
+        }
     }
 
     /// The ring buffer of byte marks (can be taken once).

@@ -28,8 +28,10 @@ impl Probes {
     pub fn map_fill(&self) -> Vec<MapFill> {
         let count = |name: &str, f: &dyn Fn(&aya::maps::Map) -> Option<u64>| self.ebpf.map(name).and_then(f);
         let socks = count("SOCKS", &|m| Some(BpfHashMap::<_, u64, SockStats>::try_from(m).ok()?.keys().count() as u64));
-        let flows =
-            count("FLOWS", &|m| Some(BpfHashMap::<_, FlowKey, FlowStats>::try_from(m).ok()?.keys().count() as u64));
+        let flows = count("FLOWS", &|m| match super::batch::read_all::<FlowKey, FlowStats>(m) {
+            Ok(all) => Some(all.len() as u64),
+            Err(_) => Some(BpfHashMap::<_, FlowKey, FlowStats>::try_from(m).ok()?.keys().count() as u64),
+        });
         let inflight =
             count("INFLIGHT", &|m| Some(BpfHashMap::<_, u32, InflightSend>::try_from(m).ok()?.keys().count() as u64));
         let pids = count("PIDS", &|m| Some(BpfHashMap::<_, u32, u8>::try_from(m).ok()?.keys().count() as u64));

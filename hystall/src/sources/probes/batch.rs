@@ -1,0 +1,92 @@
+//! Whole-map reads in batches (`BPF_MAP_LOOKUP_BATCH`, Linux 5.6+): a few
+//! thousand entries per syscall, where aya's iterator costs two syscalls per
+//! entry (next key, then lookup) — 1.8 s for a full 65,536-flow map here,
+//! against a few milliseconds batched. aya 0.14 has no batch operations; this
+//! is the one command, on the map's own fd.
+
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsFd as _, AsRawFd as _};
+
+use aya::Pod;
+use aya::maps::Map;
+
+/// `BPF_MAP_LOOKUP_BATCH` from `enum bpf_cmd`.
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+/// Entries asked for per call (a hash bucket larger than this would need a
+/// retry with more: ENOSPC).
+const CHUNK: usize = 4096;
+
+/// The `batch` member of `union bpf_attr` (the kernel zero-fills the rest of
+/// the union when told the shorter size).
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// Every (key, value) of a hash map (plain, not per-CPU), in batches; an
+/// `Unsupported` error on kernels without the command (the caller falls back
+/// to the iterator).
+pub fn read_all<K: Pod + Default, V: Pod + Default>(map: &Map) -> io::Result<Vec<(K, V)>> {
+    let data = match map {
+        Map::HashMap(d) | Map::LruHashMap(d) => d,
+        _ => return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a hash map")),
+    };
+    let fd = data.fd().as_fd().as_raw_fd();
+    let mut out = Vec::new();
+    let mut keys = vec![K::default(); CHUNK];
+    let mut values = vec![V::default(); CHUNK];
+    // The position token of a hash map's batch walk is a bucket index (u32).
+    let (mut token_in, mut token_out) = (0u64, 0u64);
+    let mut first = true;
+    let mut chunk = CHUNK;
+    loop {
+        if keys.len() < chunk {
+            keys.resize(chunk, K::default());
+            values.resize(chunk, V::default());
+        }
+        let mut attr = BatchAttr {
+            in_batch: if first { 0 } else { &raw const token_in as u64 },
+            out_batch: &raw mut token_out as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: chunk as u32,
+            map_fd: fd as u32,
+            ..Default::default()
+        };
+        // SAFETY: the attr points at buffers of `count` keys and values of
+        // the map's sizes (Pod types of the map's key and value), and at the
+        // two tokens; all outlive the call.
+        let ret = unsafe {
+            libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &raw mut attr, size_of::<BatchAttr>() as libc::c_uint)
+        };
+        let got = attr.count as usize;
+        let err = (ret < 0).then(io::Error::last_os_error);
+        out.extend(keys[..got].iter().copied().zip(values[..got].iter().copied()));
+        match err.as_ref().and_then(io::Error::raw_os_error) {
+            None => {}
+            // The walk is over (the last entries came with it).
+            Some(libc::ENOENT) => return Ok(out),
+            // One bucket holds more than we asked for: ask for more.
+            Some(libc::ENOSPC) if got == 0 && chunk < 1 << 20 => {
+                chunk *= 2;
+                continue;
+            }
+            // Not implemented for this map type or kernel (524: ENOTSUPP).
+            Some(libc::EINVAL | libc::EOPNOTSUPP | 524) => {
+                return Err(io::Error::new(io::ErrorKind::Unsupported, "BPF_MAP_LOOKUP_BATCH"));
+            }
+            Some(_) => return Err(err.unwrap_or_else(io::Error::last_os_error)),
+        }
+        token_in = token_out;
+        first = false;
+    }
+}
