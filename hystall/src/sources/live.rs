@@ -92,6 +92,13 @@ pub struct Live {
     /// Flows the kernel's LRU map dropped to make room (gone between two
     /// reads without our deleting them): the map is too small for the node.
     flows_evicted: u64,
+    /// Socket inodes → the watched process holding them (fds read only for
+    /// new sockets): unconnected UDP sockets, TCP sockets (one cache per
+    /// kind: each forgets the inodes it is not asked about); and each TCP
+    /// socket's blocking mode once read.
+    udp_owners: super::fd_owners::FdOwners,
+    tcp_owners: super::fd_owners::FdOwners,
+    blocking: HashMap<u32, bool>,
     last_upkeep: Mono,
     /// Kernel map occupancy as of the last upkeep.
     pub map_fill: Vec<MapFill>,
@@ -140,6 +147,9 @@ impl Live {
             procs: Default::default(),
             flow_keys: HashMap::new(),
             flows_evicted: 0,
+            udp_owners: Default::default(),
+            tcp_owners: Default::default(),
+            blocking: HashMap::new(),
             last_upkeep: Mono::ZERO,
             map_fill: Vec::new(),
             sends: HashMap::new(),
@@ -161,7 +171,9 @@ impl Live {
             return;
         }
         self.last_blocking_check = now;
-        let needed = !self.mode.filters() || self.diag.as_mut().is_some_and(|d| seed::has_blocking_tcp(d, &self.pids));
+        let (owners, blocking) = (&mut self.tcp_owners, &mut self.blocking);
+        let needed = !self.mode.filters()
+            || self.diag.as_mut().is_some_and(|d| seed::has_blocking_tcp(d, &self.pids, owners, blocking));
         if needed && self.probes.attach_syscalls().is_ok() && self.probes.syscalls_attached() {
             self.seeded.clear();
             let mut out = Vec::new();
@@ -177,7 +189,7 @@ impl Live {
         if self.mode.filters()
             && let Some(diag) = self.diag.as_mut()
         {
-            let socks = quic::unconnected_udp(diag, &self.pids);
+            let socks = quic::unconnected_udp(diag, &self.pids, &mut self.udp_owners);
             // Configs are read once per process (a restart is a new pid).
             self.configs.retain(|pid, _| self.pids.contains(pid));
             for &pid in &self.pids {

@@ -119,6 +119,9 @@ pub fn fd_socket_inode(pid: u32, fd: u64) -> Option<u32> {
 #[derive(Default)]
 pub struct ProcCache {
     entries: std::collections::HashMap<u32, (crate::core::time::Mono, String, HashSet<u16>)>,
+    /// Per process, which listening sockets it holds (its fds are read again
+    /// only when a listener is new).
+    owners: std::collections::HashMap<u32, super::fd_owners::FdOwners>,
 }
 
 impl ProcCache {
@@ -134,7 +137,10 @@ impl ProcCache {
         let fresh = self.entries.get(&pid).is_some_and(|(at, _, _)| now.since(*at) < Self::TTL);
         if !fresh {
             let comm = comm_of(pid).unwrap_or_default();
-            let ports = listen_ports_of(pid, &listeners());
+            let listeners = listeners();
+            let inodes: HashSet<u32> = listeners.keys().copied().collect();
+            let held = self.owners.entry(pid).or_default().resolve(&HashSet::from([pid]), &inodes);
+            let ports = held.keys().filter_map(|i| listeners.get(i).copied()).collect();
             self.entries.insert(pid, (now, comm, ports));
         }
         let (_, comm, ports) = &self.entries[&pid];
@@ -144,6 +150,7 @@ impl ProcCache {
     /// Forgets processes not seen for a minute (bounded memory).
     pub fn expire(&mut self, now: crate::core::time::Mono) {
         self.entries.retain(|_, (at, _, _)| now.since(*at) < std::time::Duration::from_secs(60));
+        self.owners.retain(|pid, _| self.entries.contains_key(pid));
     }
 }
 

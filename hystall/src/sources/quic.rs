@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use hystall_common::{AF_INET, DIR_C2S, DIR_S2C, DirStats, FlowKey, FlowSample, FlowStats};
 
-use super::procs;
+use super::fd_owners::FdOwners;
 use super::server_ports::UdpSock;
 use super::sockdiag::SockDiag;
 use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
@@ -24,26 +24,21 @@ pub fn ephemeral_range() -> (u16, u16) {
 }
 
 /// The unconnected UDP sockets (no fixed peer) of the processes `pids`: the
-/// ones that could be QUIC servers (`server_ports` decides which are).
-pub fn unconnected_udp(diag: &mut SockDiag, pids: &HashSet<u32>) -> Vec<UdpSock> {
+/// ones that could be QUIC servers (`server_ports` decides which are). The
+/// processes' fds are read only when such a socket is new (`owners`).
+pub fn unconnected_udp(diag: &mut SockDiag, pids: &HashSet<u32>, owners: &mut FdOwners) -> Vec<UdpSock> {
     let Ok(udp) = diag.dump_udp() else { return Vec::new() };
     let by_inode: HashMap<u32, u16> = udp
         .into_iter()
         .filter(|d| d.remote.is_none() && d.inode != 0)
         .filter_map(|d| Some((d.inode, d.local?.port())))
         .collect();
-    let mut out = Vec::new();
-    for &pid in pids {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
-        for fd in fds.flatten() {
-            if let Some(n) = fd.file_name().to_str().and_then(|s| s.parse::<u64>().ok())
-                && let Some(inode) = procs::fd_socket_inode(pid, n)
-                && let Some(port) = by_inode.get(&inode)
-            {
-                out.push(UdpSock { port: *port, pid, inode });
-            }
-        }
-    }
+    let inodes: HashSet<u32> = by_inode.keys().copied().collect();
+    let mut out: Vec<UdpSock> = owners
+        .resolve(pids, &inodes)
+        .into_iter()
+        .map(|(inode, h)| UdpSock { port: by_inode[&inode], pid: h.pid, inode })
+        .collect();
     out.sort_by_key(|s| (s.port, s.pid, s.inode));
     out.dedup_by_key(|s| (s.port, s.inode));
     out

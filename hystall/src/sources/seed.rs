@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use hystall_common::{AF_INET, AF_INET6, SOCK_HAS_TUPLE, SOCK_OUTBOUND, SockStats, Tuple};
 use netlink_packet_sock_diag::inet::StateFlags;
 
+use super::fd_owners::FdOwners;
 use super::procs;
 use super::sockdiag::SockDiag;
 use crate::core::observation::DiagSample;
@@ -90,20 +91,23 @@ fn owners(pids: Option<&HashSet<u32>>, wanted: &HashSet<u32>) -> HashMap<u32, Ve
 
 /// Whether one of `pids` holds a TCP socket in blocking mode (no O_NONBLOCK in
 /// /proc/PID/fdinfo): only such a writer can park inside a send syscall. Go,
-/// tokio and most proxies use non-blocking sockets only.
-pub fn has_blocking_tcp(diag: &mut SockDiag, pids: &HashSet<u32>) -> bool {
+/// tokio and most proxies use non-blocking sockets only. Each socket's mode is
+/// read once (`checked`), and the fds only when a socket is new (`owners`).
+pub fn has_blocking_tcp(
+    diag: &mut SockDiag,
+    pids: &HashSet<u32>,
+    owners: &mut FdOwners,
+    checked: &mut HashMap<u32, bool>,
+) -> bool {
     let Ok(tcp) = diag.dump_tcp(StateFlags::all()) else { return false };
     let inodes: HashSet<u32> = tcp.iter().filter(|d| d.state != 10).map(|d| d.inode).filter(|&i| i != 0).collect();
-    for &pid in pids {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
-        for fd in fds.flatten() {
-            let Some(n) = fd.file_name().to_str().and_then(|s| s.parse::<u64>().ok()) else { continue };
-            if procs::fd_socket_inode(pid, n).is_some_and(|i| inodes.contains(&i)) && !procs::fd_nonblocking(pid, n) {
-                return true;
-            }
-        }
+    checked.retain(|i, _| inodes.contains(i));
+    let held = owners.resolve(pids, &inodes);
+    let mut any = false;
+    for (inode, h) in held {
+        any |= *checked.entry(inode).or_insert_with(|| !procs::fd_nonblocking(h.pid, h.fd));
     }
-    false
+    any
 }
 
 /// Listening sockets: inode → port.
