@@ -2,8 +2,8 @@
 //! the starved lab connection and its stalled targets appear on screen within
 //! the expected time, the detail view opens, a stalled target can be destroyed
 //! by hand (D, then y), and quitting leaves the terminal and the kernel clean.
-//! The header says "on demand" for programs not needed yet, and warns when no
-//! QUIC server port is watched (the reason one keypress away, in `?`).
+//! The header shows no degraded program, and warns when no QUIC server port
+//! is watched (the reason one keypress away, in `?`).
 
 mod common;
 
@@ -70,14 +70,14 @@ fn top_lab_shows_the_starved_connection_and_quits_cleanly() {
     assert!(stalled_rows >= 3, "stalled target rows on screen:\n{shown}");
     let during: std::collections::BTreeSet<u32> = ids().difference(&before).copied().collect();
     assert!(during.len() >= 6, "probes loaded while top runs: {during:?}");
-    // Programs attached only when needed (the syscall probes: the lab's
-    // writers do not block) are "on demand", not a fault.
+    // Every program attached: none degraded, none waiting (blocked writers
+    // are read from /proc, no syscall probe is attached).
     let head: String = shown.lines().take(3).collect::<Vec<_>>().join("\n");
-    assert!(head.contains("2 on demand") && !head.contains("degraded"), "header:\n{head}");
+    assert!(!head.contains("degraded") && !head.contains("on demand"), "header:\n{head}");
     assert!(head.contains("QUIC ports "), "the watched QUIC port in the header:\n{head}");
-    // Their reason is one keypress away.
+    // The help is one keypress away.
     let _ = tmux(&["send-keys", "-t", SESSION, "?"]);
-    wait_for(&["on demand (attached when"], Duration::from_secs(3)).unwrap_or_else(|s| panic!("help:\n{s}"));
+    wait_for(&["details of the selected connection"], Duration::from_secs(3)).unwrap_or_else(|s| panic!("help:\n{s}"));
     let _ = tmux(&["send-keys", "-t", SESSION, "Escape"]);
 
     // The detail view of the selected (starved, on top) connection.

@@ -93,6 +93,7 @@ impl Pipeline {
             all_processes: !mode.filters(),
             stall_timeout_ms: options.stall_timeout_ms,
             probes: live.probe_status().to_vec(),
+            blocked_writers: Some(crate::sources::parked::METHOD.into()),
             quic: Some(live.quic_ports("start")),
             warnings,
         };

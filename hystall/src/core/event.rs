@@ -88,6 +88,9 @@ pub struct StartInfo {
     pub all_processes: bool,
     pub stall_timeout_ms: u64,
     pub probes: Vec<ProbeStatus>,
+    /// How writers parked inside a send syscall are found (live runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_writers: Option<String>,
     /// The QUIC server ports watched at the start (live runs; absent offline).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicPortsInfo>,
@@ -155,6 +158,7 @@ impl StartInfo {
             all_processes,
             stall_timeout_ms,
             probes: Vec::new(),
+            blocked_writers: None,
             quic: None,
             warnings: Vec::new(),
         }

@@ -99,6 +99,11 @@ pub struct Live {
     udp_owners: super::fd_owners::FdOwners,
     tcp_owners: super::fd_owners::FdOwners,
     blocking: HashMap<u32, bool>,
+    /// The watched processes that hold blocking TCP sockets, and their
+    /// threads found inside a send syscall.
+    blocking_pids: HashSet<u32>,
+    parked: super::parked::ParkedWriters,
+    send_calls: Option<hystall_common::SendSyscalls>,
     last_upkeep: Mono,
     /// Kernel map occupancy as of the last upkeep.
     pub map_fill: Vec<MapFill>,
@@ -150,6 +155,9 @@ impl Live {
             udp_owners: Default::default(),
             tcp_owners: Default::default(),
             blocking: HashMap::new(),
+            blocking_pids: HashSet::new(),
+            parked: Default::default(),
+            send_calls: super::probes::syscalls::send_syscalls(),
             last_upkeep: Mono::ZERO,
             map_fill: Vec::new(),
             sends: HashMap::new(),
@@ -157,24 +165,29 @@ impl Live {
         live.refresh_ports()?;
         // What is found at the start goes in `watch_started`, not in a change.
         live.servers.take_change();
-        live.syscalls_on_demand(now);
+        live.blocking_writers(now);
         Ok(live)
     }
 
-    /// Attaches the syscall probes once a watched process has a blocking TCP
-    /// socket (checked every few seconds until then), and looks again for
-    /// sockets that got stuck while they were detached.
-    fn syscalls_on_demand(&mut self, now: Mono) {
-        if self.probes.syscalls_attached()
-            || now.since(self.last_blocking_check) < BLOCKING_CHECK_EVERY && self.last_blocking_check != Mono::ZERO
-        {
+    /// Every few seconds: which watched processes hold blocking TCP sockets
+    /// (only their writers can park inside a send, and only their threads are
+    /// read for it); when the first appears, looks again for sockets that got
+    /// stuck before (a writer parked since before we attached).
+    fn blocking_writers(&mut self, now: Mono) {
+        if now.since(self.last_blocking_check) < BLOCKING_CHECK_EVERY && self.last_blocking_check != Mono::ZERO {
             return;
         }
         self.last_blocking_check = now;
+        // With no selection: the processes whose sockets the kernel tracks.
+        let pids = if self.mode.filters() { self.pids.clone() } else { self.probes.sock_owners() };
         let (owners, blocking) = (&mut self.tcp_owners, &mut self.blocking);
-        let needed = !self.mode.filters()
-            || self.diag.as_mut().is_some_and(|d| seed::has_blocking_tcp(d, &self.pids, owners, blocking));
-        if needed && self.probes.attach_syscalls().is_ok() && self.probes.syscalls_attached() {
+        let found = match self.diag.as_mut() {
+            Some(d) => seed::has_blocking_tcp(d, &pids, owners, blocking),
+            None => HashSet::new(),
+        };
+        let first = self.blocking_pids.is_empty() && !found.is_empty();
+        self.blocking_pids = found;
+        if first {
             self.seeded.clear();
             let mut out = Vec::new();
             self.seed(now, &mut out);
@@ -368,7 +381,7 @@ impl Live {
         out: &mut Vec<Observation>,
     ) {
         out.append(&mut self.pending);
-        self.syscalls_on_demand(now);
+        self.blocking_writers(now);
         if now.since(self.last_scan) >= RESCAN_EVERY {
             // Every mode: with no selection every process's sockets are seen,
             // and pids churn on a busy host.
@@ -470,17 +483,20 @@ impl Live {
     fn inflight(&mut self, now: Mono) -> Vec<InflightSample> {
         let mut out = Vec::new();
         let mut unresolved = false;
-        for (tid, f) in self.probes.inflight() {
-            let since = Mono(f.start_ns);
-            if now.since(since) < INFLIGHT_AFTER {
+        let Some(calls) = self.send_calls else { return out };
+        if self.blocking_pids.is_empty() {
+            return out;
+        }
+        for w in self.parked.read(&self.blocking_pids, &calls, now) {
+            if now.since(w.since) < INFLIGHT_AFTER {
                 continue;
             }
-            let cookie = procs::fd_socket_inode(f.tgid, f.fd).and_then(|ino| {
+            let cookie = procs::fd_socket_inode(w.pid, w.fd).and_then(|ino| {
                 let c = self.inodes.get(&ino).copied();
                 unresolved |= c.is_none();
                 c
             });
-            out.push(InflightSample { pid: f.tgid, tid, fd: f.fd, since, cookie });
+            out.push(InflightSample { pid: w.pid, tid: w.tid, fd: w.fd, since: w.since, cookie });
         }
         // Blocked writers are few and long-lived: refresh the inode map at most
         // once a second, and only when one of them is not resolved yet.

@@ -9,6 +9,7 @@ pub mod hysteria_api;
 pub mod live;
 pub mod nft;
 pub mod offline;
+pub mod parked;
 pub mod probes;
 pub mod procs;
 pub mod proxy_config;

@@ -89,7 +89,7 @@ fn owners(pids: Option<&HashSet<u32>>, wanted: &HashSet<u32>) -> HashMap<u32, Ve
     out
 }
 
-/// Whether one of `pids` holds a TCP socket in blocking mode (no O_NONBLOCK in
+/// Which of `pids` hold a TCP socket in blocking mode (no O_NONBLOCK in
 /// /proc/PID/fdinfo): only such a writer can park inside a send syscall. Go,
 /// tokio and most proxies use non-blocking sockets only. Each socket's mode is
 /// read once (`checked`), and the fds only when a socket is new (`owners`).
@@ -98,16 +98,18 @@ pub fn has_blocking_tcp(
     pids: &HashSet<u32>,
     owners: &mut FdOwners,
     checked: &mut HashMap<u32, bool>,
-) -> bool {
-    let Ok(tcp) = diag.dump_tcp(StateFlags::all()) else { return false };
+) -> HashSet<u32> {
+    let Ok(tcp) = diag.dump_tcp(StateFlags::all()) else { return HashSet::new() };
     let inodes: HashSet<u32> = tcp.iter().filter(|d| d.state != 10).map(|d| d.inode).filter(|&i| i != 0).collect();
     checked.retain(|i, _| inodes.contains(i));
     let held = owners.resolve(pids, &inodes);
-    let mut any = false;
+    let mut out = HashSet::new();
     for (inode, h) in held {
-        any |= *checked.entry(inode).or_insert_with(|| !procs::fd_nonblocking(h.pid, h.fd));
+        if *checked.entry(inode).or_insert_with(|| !procs::fd_nonblocking(h.pid, h.fd)) {
+            out.insert(h.pid);
+        }
     }
-    any
+    out
 }
 
 /// Listening sockets: inode → port.

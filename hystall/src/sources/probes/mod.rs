@@ -83,12 +83,12 @@ const SPECS: &[Spec] = &[
     Spec { prog: "sys_exit", kind: Kind::Raw("sys_exit"), why: "blocking writers parked in send syscalls" },
 ];
 
-/// Programs attached only when needed: raw_syscalls puts every task of the
+/// Programs `watch` never attaches: raw_syscalls puts every task of the
 /// machine on the slow syscall path (about +180 ns per syscall here, see
-/// docs/PERFORMANCE.md), and only blocking writers need it.
+/// docs/PERFORMANCE.md), and blocked writers are found from /proc instead
+/// (`sources::parked`). The benchmarks and `doctor` attach them on request.
 const ON_DEMAND: &[&str] = &["sys_enter", "sys_exit"];
-const ON_DEMAND_NOTE: &str =
-    "not attached: the watched processes have no blocking TCP sockets (attached when one appears)";
+const ON_DEMAND_NOTE: &str = "not attached: only on request (blocked writers are read from /proc)";
 
 /// A program left detached on purpose until it is needed (not a degradation).
 pub fn is_waiting(st: &ProbeStatus) -> bool {
@@ -133,8 +133,9 @@ impl Probes {
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Btf(e.to_string()))?;
         let mut status = Vec::new();
         for spec in SPECS {
+            // Not used by `watch` (blocked writers are read from /proc, see
+            // `sources::parked`); `attach_syscalls` attaches them on request.
             if ON_DEMAND.contains(&spec.prog) {
-                status.push(ProbeStatus { name: spec.prog.into(), attached: false, note: Some(ON_DEMAND_NOTE.into()) });
                 continue;
             }
             let res = attach(&mut ebpf, spec, &btf);
@@ -235,6 +236,13 @@ impl Probes {
     pub fn attach_syscalls(&mut self) -> Result<(), ProbeError> {
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Btf(e.to_string()))?;
         for spec in SPECS.iter().filter(|s| ON_DEMAND.contains(&s.prog)) {
+            if !self.status.iter().any(|s| s.name == spec.prog) {
+                self.status.push(ProbeStatus {
+                    name: spec.prog.into(),
+                    attached: false,
+                    note: Some(ON_DEMAND_NOTE.into()),
+                });
+            }
             let Some(st) = self.status.iter_mut().find(|s| s.name == spec.prog) else { continue };
             if st.attached {
                 continue;
@@ -257,6 +265,17 @@ impl Probes {
         Ok(())
     }
 
+    /// The processes that own the sockets the kernel tracks.
+    pub fn sock_owners(&self) -> HashSet<u32> {
+        let Some(map) = self.ebpf.map("SOCKS") else { return HashSet::new() };
+        match batch::read_all::<u64, SockStats>(map) {
+            Ok(all) => all.into_iter().map(|(_, s)| s.tgid).collect(),
+            Err(_) => BpfHashMap::<_, u64, SockStats>::try_from(map)
+                .map(|m| m.iter().filter_map(Result::ok).map(|(_, s)| s.tgid).collect())
+                .unwrap_or_default(),
+        }
+    }
+
     /// Run time and run count of each loaded program (non-zero only while BPF
     /// statistics are enabled, see `stats::StatsGuard`).
     pub fn prog_stats(&self) -> Vec<stats::ProgStats> {
@@ -264,7 +283,7 @@ impl Probes {
     }
 
     pub fn syscalls_attached(&self) -> bool {
-        self.status.iter().filter(|s| ON_DEMAND.contains(&s.name.as_str())).all(|s| s.attached)
+        ON_DEMAND.iter().all(|n| self.status.iter().any(|s| s.name == *n && s.attached))
     }
 
     /// Marks a tracked socket as blocked since `now` unless it already is (a
