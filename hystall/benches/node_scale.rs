@@ -209,6 +209,7 @@ impl Proc {
     fn spawn(what: &'static str, args: &[&str], stderr: Stdio) -> Proc {
         let child = Command::new(HYSTALL)
             .args(args)
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -447,6 +448,8 @@ struct Report {
     kernel_events_per_sec: f64,
     lost_window: f64,
     lost_total: f64,
+    /// Lost over the run, by ring: (events, samples).
+    lost_rings: (f64, f64),
     map_full: f64,
     json_per_sec: f64,
     udp_packets_per_sec: f64,
@@ -596,6 +599,10 @@ fn run(load: Load) -> Report {
         kernel_events_per_sec: delta("hystall_kernel_events_total", "") / secs,
         lost_window: delta("hystall_kernel_events_lost_total", ""),
         lost_total: metric(&after.metrics, "hystall_kernel_events_lost_total", ""),
+        lost_rings: (
+            metric(&after.metrics, "hystall_kernel_events_lost_total", "ring=\"events\""),
+            metric(&after.metrics, "hystall_kernel_events_lost_total", "ring=\"samples\""),
+        ),
         map_full: metric(&after.metrics, "hystall_kernel_map_full_total", ""),
         json_per_sec: (after.json_lines - before.json_lines) as f64 / secs,
         udp_packets_per_sec: delta("hystall_kernel_udp_packets_total", "") / secs,
@@ -709,6 +716,13 @@ impl Report {
             "0 (soak)",
         );
         row(
+            "  of which events / samples ring",
+            format!("{:.0} / {:.0}", self.lost_rings.0, self.lost_rings.1),
+            "",
+            "-",
+            "",
+        );
+        row(
             "kernel map full (inserts failed)",
             format!("{:.0}", self.map_full),
             "0",
@@ -762,6 +776,7 @@ impl Report {
             "map_bytes": self.map_bytes,
             "kernel_events_per_sec": self.kernel_events_per_sec,
             "lost_events": self.lost_total,
+            "lost_events_by_ring": {"events": self.lost_rings.0, "samples": self.lost_rings.1},
             "json_events_per_sec": self.json_per_sec,
             "udp_packets_per_sec": self.udp_packets_per_sec,
             "programs": progs,

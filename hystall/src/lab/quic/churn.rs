@@ -132,7 +132,12 @@ async fn churn(args: ChurnLabArgs, duration: Duration) -> anyhow::Result<()> {
         let target = target.addr();
         tasks.spawn(async move {
             while start.elapsed() < duration {
-                match timeout(CONN_TIMEOUT, one_connection(&config, server, target, &payload, &counts)).await {
+                match timeout(
+                    CONN_TIMEOUT,
+                    one_connection(Endpoint::client, &config, server, target, &payload, &counts),
+                )
+                .await
+                {
                     Ok(Ok(())) => counts.connections.fetch_add(1, Ordering::Relaxed),
                     Ok(Err(e)) => {
                         tracing::debug!("churn connection: {e:#}");
@@ -169,8 +174,10 @@ async fn churn(args: ChurnLabArgs, duration: Duration) -> anyhow::Result<()> {
 }
 
 /// One short connection from a UDP socket of its own, closed cleanly (so the
-/// proxy forgets it at once rather than after its idle timeout).
+/// proxy forgets it at once rather than after its idle timeout). `endpoint`
+/// makes the client endpoint on a new socket bound to the address it is given.
 pub(super) async fn one_connection(
+    endpoint: fn(SocketAddr) -> io::Result<Endpoint>,
     config: &ClientConfig,
     server: SocketAddr,
     target: SocketAddr,
@@ -178,7 +185,7 @@ pub(super) async fn one_connection(
     counts: &Counts,
 ) -> anyhow::Result<()> {
     let bind = SocketAddr::new(server.ip(), 0);
-    let endpoint = Endpoint::client(bind).with_context(|| format!("binding a client socket on {bind}"))?;
+    let endpoint = endpoint(bind).with_context(|| format!("binding a client socket on {bind}"))?;
     let conn = endpoint
         .connect_with(config.clone(), server, tls::SERVER_NAME)
         .context("starting the handshake")?
