@@ -52,6 +52,10 @@ use serde_json::Value;
 
 const HYSTALL: &str = env!("CARGO_BIN_EXE_hystall");
 const BENCH: &str = "node_scale";
+/// CPU (% of a core) used by others than the lab and the watcher during the
+/// window above which the report warns (the kernel's own work on their behalf
+/// is mostly charged to them already).
+const OTHER_LOAD_PCT: f64 = 25.0;
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 /// The load and the window of one run.
@@ -667,6 +671,13 @@ impl Report {
             self.machine_pct,
             common::cpus()
         );
+        let other = self.machine_pct - self.lab_cpu_pct - self.watch_cpu_pct;
+        if other > OTHER_LOAD_PCT {
+            println!(
+                "{BENCH}: WARNING: other load on the machine during the window: {other:.0} % of a core besides the lab \
+                 and hystall (another build or benchmark?): every figure is skewed"
+            );
+        }
         if !self.foreign.is_empty() {
             println!(
                 "{BENCH}: WARNING: someone else's hystall programs were loaded ({}): another benchmark or watcher \
