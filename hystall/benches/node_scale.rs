@@ -52,9 +52,9 @@ use serde_json::Value;
 
 const HYSTALL: &str = env!("CARGO_BIN_EXE_hystall");
 const BENCH: &str = "node_scale";
-/// CPU (% of a core) used by others than the lab and the watcher during the
-/// window above which the report warns (the kernel's own work on their behalf
-/// is mostly charged to them already).
+/// CPU (% of a core) used by others than the lab, the watcher and the softirq
+/// threads during the window above which the report warns (the rest of the
+/// kernel's work on their behalf is charged to them already).
 const OTHER_LOAD_PCT: f64 = 25.0;
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
@@ -311,6 +311,19 @@ fn machine_busy_secs() -> f64 {
     busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
+/// CPU time of the kernel's softirq threads (`ksoftirqd/N`), in seconds: the
+/// loopback traffic of a busy lab is partly processed there.
+fn ksoftirqd_secs() -> f64 {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return 0.0 };
+    procs
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with("ksoftirqd/")))
+        .map(cpu_secs)
+        .filter(|s| s.is_finite())
+        .sum()
+}
+
 /// A `Vm*:` line of /proc/PID/status, in KiB.
 fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -405,6 +418,7 @@ struct Snap {
     watch_cpu: f64,
     lab_cpu: f64,
     machine_busy: f64,
+    softirqd: f64,
     bpf: BpfFds,
     metrics: HashMap<String, f64>,
     lab: Value,
@@ -418,6 +432,7 @@ impl Snap {
             watch_cpu: cpu_secs(watch),
             lab_cpu: cpu_secs(lab),
             machine_busy: machine_busy_secs(),
+            softirqd: ksoftirqd_secs(),
             bpf: bpf_fds(watch),
             metrics: scrape(metrics_port),
             lab: lab_stats.lock().expect("lab stats").clone(),
@@ -440,6 +455,8 @@ struct Report {
     lab_cpu_pct: f64,
     /// The whole machine's busy CPU, % of one core.
     machine_pct: f64,
+    /// The softirq threads' CPU, % of one core.
+    softirqd_pct: f64,
     /// hystall programs loaded at the end that are not the watcher's (another
     /// run on the same machine: its traffic and its programs skew the figures).
     foreign: Vec<String>,
@@ -593,6 +610,7 @@ fn run(load: Load) -> Report {
         watch_cpu_pct: 100.0 * (after.watch_cpu - before.watch_cpu) / secs,
         lab_cpu_pct: 100.0 * (after.lab_cpu - before.lab_cpu) / secs,
         machine_pct: 100.0 * (after.machine_busy - before.machine_busy) / secs,
+        softirqd_pct: 100.0 * (after.softirqd - before.softirqd) / secs,
         foreign,
         rss_kib,
         rss_max_kib: rss_max.max(rss_kib),
@@ -653,7 +671,7 @@ impl Report {
             "{BENCH}: lab over the {:.1} s window: {} of {} long-lived connections alive ({} dropped, {} failed \
              handshakes so far), new connections {:.0}/s done of {} asked ({:.0} failed, {:.0} skipped in the window), \
              {} of {} long-lived target streams open, {} proxy target sockets open; datagrams echoed {:.0}/s; \
-             lab CPU {:.0} % of a core, the whole machine {:.0} % (of {} cores)",
+             lab CPU {:.0} % of a core, ksoftirqd {:.0} %, the whole machine {:.0} % (of {} cores)",
             self.secs,
             lab("alive"),
             load.conns,
@@ -668,10 +686,11 @@ impl Report {
             lab("target_sockets"),
             self.lab_delta("datagrams_echoed") / lab_secs,
             self.lab_cpu_pct,
+            self.softirqd_pct,
             self.machine_pct,
             common::cpus()
         );
-        let other = self.machine_pct - self.lab_cpu_pct - self.watch_cpu_pct;
+        let other = self.machine_pct - self.lab_cpu_pct - self.watch_cpu_pct - self.softirqd_pct;
         if other > OTHER_LOAD_PCT {
             println!(
                 "{BENCH}: WARNING: other load on the machine during the window: {other:.0} % of a core besides the lab \
@@ -782,6 +801,7 @@ impl Report {
                     "target_sockets": lab("target_sockets"), "cpu_pct": self.lab_cpu_pct},
             "cpu_pct": self.watch_cpu_pct,
             "machine_cpu_pct": self.machine_pct,
+            "ksoftirqd_cpu_pct": self.softirqd_pct,
             "foreign_programs": self.foreign,
             "rss_kib": self.rss_kib, "rss_max_kib": self.rss_max_kib, "hwm_kib": self.hwm_kib,
             "map_bytes": self.map_bytes,
