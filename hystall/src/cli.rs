@@ -351,6 +351,11 @@ pub enum LabKind {
     /// Thousands of short QUIC connections through the lab proxy into fast
     /// targets (a new UDP socket and a new target connection each): soak runs.
     Churn(ChurnLabArgs),
+    /// A node's load in one process: many long-lived QUIC connections (each its
+    /// own UDP socket) with a little periodic traffic, short connections made and
+    /// closed at a steady rate, and long-lived target connections copied slowly
+    /// into fast and slow targets: the node-scale benchmark's lab.
+    Node(NodeLabArgs),
 }
 
 #[derive(Debug, Args)]
@@ -364,6 +369,46 @@ pub struct ChurnLabArgs {
     /// Bytes each connection uploads through the proxy into its target.
     #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024)]
     pub upload: usize,
+    /// UDP address of the QUIC proxy.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    pub listen: std::net::SocketAddr,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeLabArgs {
+    /// Long-lived client connections, each from a UDP socket of its own (its own 5-tuple).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub conns: usize,
+    /// Short connections made and closed per second once the long-lived ones are
+    /// up (each: a handshake, a small upload into a new target connection, a datagram).
+    #[arg(long, value_name = "R", default_value_t = 50.0)]
+    pub new_per_sec: f64,
+    /// Long-lived streams, each copied by the proxy into a target connection that
+    /// stays open (alternately a fast and a slow target), spread over the connections.
+    #[arg(long, value_name = "T", default_value_t = 100)]
+    pub targets: usize,
+    /// Stop after this many seconds (from the ready line; the ramp-up included).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub duration: f64,
+    /// Each long-lived connection sends a datagram (echoed by the proxy) this often;
+    /// the connections are spread evenly over the period.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub every: f64,
+    /// Each long-lived target stream writes `--target-chunk` bytes this often.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub target_every: f64,
+    /// Bytes per write of a long-lived target stream.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    pub target_chunk: usize,
+    /// Bytes each short connection uploads into its target.
+    #[arg(long, value_name = "BYTES", default_value_t = 4096)]
+    pub short_upload: usize,
+    /// Handshakes in flight while the long-lived connections are opened.
+    #[arg(long, value_name = "K", default_value_t = 64)]
+    pub ramp_parallel: usize,
+    /// Seconds between `lab_stats` lines.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub stats_every: f64,
     /// UDP address of the QUIC proxy.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
     pub listen: std::net::SocketAddr,

@@ -1,11 +1,14 @@
 //! `cargo xtask bench [-- ARGS]`: set up, then run every benchmark in one
-//! `cargo bench -p hystall --bench probe_overhead --bench tc_overhead --bench pcap_vs_tshark`:
+//! `cargo bench -p hystall --bench probe_overhead --bench tc_overhead --bench pcap_vs_tshark --bench node_scale`:
 //! - `probe_overhead`: sends and syscalls per second with the eBPF probes
 //!   attached vs detached;
 //! - `tc_overhead`: loopback UDP packets per second with the QUIC TC classifier
 //!   attached vs detached;
 //! - `pcap_vs_tshark`: `hystall pcap` vs tshark on a capture of the lab, wall
-//!   time and peak RSS, without and with the key log (needs tcpdump and tshark).
+//!   time and peak RSS, without and with the key log (needs tcpdump and tshark);
+//! - `node_scale`: `hystall watch` on `hystall lab node` (10 000 live QUIC
+//!   connections, 500 new/s, 1 000 target sockets): CPU, RSS, map memory, events,
+//!   ns per program run, beside the goals and the previous figures.
 //!
 //! The benchmarks load eBPF programs or capture on lo, so they must run as root. When we are not
 //! root, cargo still builds as us (the target folder stays ours) and only the
@@ -18,7 +21,7 @@ use anyhow::Context as _;
 use crate::{setup, sh};
 
 /// The benchmarks of the `hystall` package, run in this order.
-const BENCHES: [&str; 3] = ["probe_overhead", "tc_overhead", "pcap_vs_tshark"];
+const BENCHES: [&str; 4] = ["probe_overhead", "tc_overhead", "pcap_vs_tshark", "node_scale"];
 
 pub fn bench(args: &[String]) -> anyhow::Result<()> {
     setup::setup(setup::Verbosity::Quiet, setup::Scope::All)?;

@@ -10,6 +10,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     match args.kind {
         Some(LabKind::Tcp(a)) => tcp::run(a),
         Some(LabKind::Churn(a)) => quic::churn::run(a),
+        Some(LabKind::Node(a)) => quic::node::run(a),
         None => quic::run(args),
     }
 }

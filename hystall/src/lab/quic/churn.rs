@@ -33,7 +33,7 @@ use crate::lab::targets;
 
 /// One connection (handshake, upload, answer, datagram) may take this long on
 /// a busy machine before it counts as failed.
-const CONN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const CONN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the echoed datagram may take (a lost one is counted, not fatal).
 const DATAGRAM_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a closed connection may take to send its CONNECTION_CLOSE and drain.
@@ -51,14 +51,15 @@ struct Ready {
     duration: f64,
 }
 
-/// Counts over the whole run (shared by the client tasks).
+/// Counts over the whole run (shared by the client tasks; `lab node` counts
+/// its short connections with it too).
 #[derive(Debug, Default)]
-struct Counts {
-    connections: AtomicU64,
-    failed: AtomicU64,
-    datagrams_echoed: AtomicU64,
-    datagrams_lost: AtomicU64,
-    uploaded: AtomicU64,
+pub(super) struct Counts {
+    pub(super) connections: AtomicU64,
+    pub(super) failed: AtomicU64,
+    pub(super) datagrams_echoed: AtomicU64,
+    pub(super) datagrams_lost: AtomicU64,
+    pub(super) uploaded: AtomicU64,
 }
 
 #[derive(Debug, Serialize)]
@@ -131,7 +132,12 @@ async fn churn(args: ChurnLabArgs, duration: Duration) -> anyhow::Result<()> {
         let target = target.addr();
         tasks.spawn(async move {
             while start.elapsed() < duration {
-                match timeout(CONN_TIMEOUT, one_connection(&config, server, target, &payload, &counts)).await {
+                match timeout(
+                    CONN_TIMEOUT,
+                    one_connection(Endpoint::client, &config, server, target, &payload, &counts),
+                )
+                .await
+                {
                     Ok(Ok(())) => counts.connections.fetch_add(1, Ordering::Relaxed),
                     Ok(Err(e)) => {
                         tracing::debug!("churn connection: {e:#}");
@@ -168,8 +174,10 @@ async fn churn(args: ChurnLabArgs, duration: Duration) -> anyhow::Result<()> {
 }
 
 /// One short connection from a UDP socket of its own, closed cleanly (so the
-/// proxy forgets it at once rather than after its idle timeout).
-async fn one_connection(
+/// proxy forgets it at once rather than after its idle timeout). `endpoint`
+/// makes the client endpoint on a new socket bound to the address it is given.
+pub(super) async fn one_connection(
+    endpoint: fn(SocketAddr) -> io::Result<Endpoint>,
     config: &ClientConfig,
     server: SocketAddr,
     target: SocketAddr,
@@ -177,7 +185,7 @@ async fn one_connection(
     counts: &Counts,
 ) -> anyhow::Result<()> {
     let bind = SocketAddr::new(server.ip(), 0);
-    let endpoint = Endpoint::client(bind).with_context(|| format!("binding a client socket on {bind}"))?;
+    let endpoint = endpoint(bind).with_context(|| format!("binding a client socket on {bind}"))?;
     let conn = endpoint
         .connect_with(config.clone(), server, tls::SERVER_NAME)
         .context("starting the handshake")?
@@ -204,7 +212,7 @@ async fn one_connection(
     result
 }
 
-fn print_line(line: &str) -> anyhow::Result<()> {
+pub(super) fn print_line(line: &str) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     writeln!(out, "{line}").and_then(|()| out.flush()).context("printing to stdout")
 }

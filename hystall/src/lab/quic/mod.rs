@@ -34,6 +34,7 @@ pub mod churn;
 pub mod client;
 pub mod clients;
 pub mod echo;
+pub mod node;
 pub mod proxy;
 pub mod tls;
 pub mod wire;
