@@ -1,6 +1,7 @@
 //! Maps, load-time globals and the helpers every program shares.
 
 use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -134,6 +135,19 @@ pub fn read_tuple(sk: *const u8, offs: &SockOffsets) -> Tuple {
     t
 }
 
+/// Submit flags for a ring of `size` bytes: wake user space only once an
+/// eighth of it is waiting. Each wakeup is a context switch of the reader
+/// (at node rates, most of its CPU); user space drains every ring on each
+/// 200 ms tick anyway, so a quiet ring waits at most that long.
+#[inline(always)]
+pub fn wakeup(ring: &RingBuf, size: u32) -> u64 {
+    if ring.query(BPF_RB_AVAIL_DATA as u64) >= u64::from(size / 8) {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
+}
+
 /// Writes an event; a full ring buffer is counted, never silent. The stats are
 /// copied from the map value straight into the ring buffer (not via the stack).
 #[inline(always)]
@@ -148,7 +162,7 @@ pub fn emit(kind: SockEventKind, arg: u32, ts_ns: u64, cookie: u64, stats: *cons
                 (*ev).cookie = cookie;
                 core::ptr::copy_nonoverlapping(stats, &raw mut (*ev).stats, 1);
             }
-            entry.submit(0);
+            entry.submit(wakeup(&EVENTS, EVENTS_RING_BYTES));
             bump(counter::EVENTS_SENT);
         }
         None => bump(counter::EVENTS_LOST),
@@ -173,7 +187,7 @@ pub fn mark(kind: u32, ts_ns: u64, bytes: u64, cookie: u64, flow: Option<&FlowKe
                     None => core::ptr::write_bytes(&raw mut (*m).flow, 0, 1),
                 }
             }
-            entry.submit(0);
+            entry.submit(wakeup(&MARKS, MARKS_RING_BYTES));
         }
         None => bump(counter::MARKS_LOST),
     }

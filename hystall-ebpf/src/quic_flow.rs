@@ -26,7 +26,7 @@ use hystall_common::{
     SAMPLES_RING_BYTES, counter, crossed, size_class,
 };
 
-use crate::maps::{bump, mark, now_ns};
+use crate::maps::{bump, mark, now_ns, wakeup};
 
 /// Server UDP ports (host order), including port-hopping ranges: 1 = watched.
 /// An array indexed by port, not a hash: the verifier inlines array lookups,
@@ -331,5 +331,5 @@ fn sample(ctx: &TcContext, p: &Parsed, now: u64, ifindex: u32, segs: u32, seg_le
             }
         }
     }
-    entry.submit(0);
+    entry.submit(wakeup(&FLOW_SAMPLES, SAMPLES_RING_BYTES));
 }

@@ -48,8 +48,12 @@ fn try_set_state(ctx: &BtfTracePointContext) -> Result<(), ()> {
     };
     let st = unsafe { &mut *stats };
     st.state = new as u32;
-    // The source port is bound after SYN_SENT is set: refresh the tuple.
-    st.tuple = read_tuple(sk, &offs);
+    // The source port is bound after SYN_SENT is set: refresh the tuple when
+    // the connect completes (or while it has no port); the other changes
+    // keep it (seven kernel reads saved on each).
+    if old as u32 == TCP_SYN_SENT || st.tuple.sport == 0 {
+        st.tuple = read_tuple(sk, &offs);
+    }
     emit(SockEventKind::State, arg, now, cookie, stats);
     Ok(())
 }

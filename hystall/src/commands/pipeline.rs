@@ -174,6 +174,9 @@ impl Pipeline {
     pub fn tick(&mut self) -> Result<Vec<Stamped>> {
         let now: Mono = mono_now();
         let targets: Vec<u64> = self.model.sockets.targets().collect();
+        // What the rings hold that did not wake us (the kernel wakes us only
+        // for a batch).
+        self.live.drain(&mut self.pending);
         self.live.poll(now, &self.model.sockets.wanted(now), &targets, &mut self.pending);
         self.clash.discover(&self.live.pids);
         self.pending.extend(self.api.try_iter());

@@ -25,6 +25,8 @@ use super::time::Mono;
 const PREFIX_MIN: usize = 3;
 /// Rates are averaged over this long.
 const RATE_WINDOW: Duration = Duration::from_secs(5);
+/// Spacing of the points kept for the rates.
+const HISTORY_STEP: Duration = Duration::from_secs(1);
 /// A connection whose grouping is still open is reported after this long.
 const OPEN_AFTER: Duration = Duration::from_secs(2);
 /// At most this many stale flows wait for the next sweep (each poll re-finds
@@ -161,6 +163,9 @@ pub struct ConnTable {
     /// DCID length per server endpoint, learned from its long-header SCIDs.
     cid_len: HashMap<std::net::SocketAddr, usize>,
     next_id: u64,
+    /// Flows' counters or membership changed since the last tick: the sums
+    /// must be recomputed (a tick without a poll skips that O(flows) work).
+    recount: bool,
     /// No packet either way for this long: the connection is closed.
     pub idle_timeout: Duration,
 }
@@ -182,6 +187,7 @@ impl ConnTable {
             stale: Vec::new(),
             cid_len: HashMap::new(),
             next_id: 1,
+            recount: false,
             idle_timeout,
         }
     }
@@ -350,6 +356,7 @@ impl ConnTable {
         };
         self.by_client.insert(flow.client, conn);
         self.flows.insert(flow, FlowState { conn, ..Default::default() });
+        self.recount = true;
         conn
     }
 
@@ -408,6 +415,7 @@ impl ConnTable {
         let st = self.flows.get_mut(&flow).expect("inserted above");
         st.counters = since(&counters, &st.base);
         st.polled_at = Some(at);
+        self.recount = true;
     }
 
     /// Folds the idle old paths of open connections into them: a client that
@@ -425,6 +433,7 @@ impl ConnTable {
             })
             .map(|(f, _)| *f)
             .collect();
+        self.recount |= !idle.is_empty();
         for f in idle {
             let Some(st) = self.flows.remove(&f) else { continue };
             let Some(c) = self.conns.get_mut(&st.conn) else { continue };
@@ -451,18 +460,26 @@ impl ConnTable {
     pub fn tick(&mut self, now: Mono) -> Vec<ConnChange> {
         self.fold_idle_paths(now);
         let mut sums: HashMap<u64, (DirCounters, DirCounters)> = HashMap::new();
-        for st in self.flows.values() {
-            let e = sums.entry(st.conn).or_default();
-            e.0.add(&st.counters.c2s);
-            e.1.add(&st.counters.s2c);
+        // Only when a poll (or a new or folded path) changed them: the flow
+        // counters come every 500 ms, the ticks every 200.
+        if std::mem::take(&mut self.recount) {
+            for st in self.flows.values() {
+                let e = sums.entry(st.conn).or_default();
+                e.0.add(&st.counters.c2s);
+                e.1.add(&st.counters.s2c);
+            }
         }
         let mut out = Vec::new();
         for c in self.conns.values_mut() {
             if let Some((mut c2s, mut s2c)) = sums.remove(&c.id) {
                 c2s.add(&c.folded.0);
                 s2c.add(&c.folded.1);
-                // Rates over the last RATE_WINDOW: ACK-sized traffic is sparse.
-                c.history.push_back((now, c2s, s2c));
+                // Rates over the last RATE_WINDOW: ACK-sized traffic is
+                // sparse. One point a second at most (bounded memory per
+                // connection); the rate runs to the newest counters.
+                if c.history.back().is_none_or(|(t, _, _)| now.since(*t) >= HISTORY_STEP) {
+                    c.history.push_back((now, c2s, s2c));
+                }
                 while c.history.len() > 2 && c.history.front().is_some_and(|(t, _, _)| now.since(*t) > RATE_WINDOW) {
                     c.history.pop_front();
                 }

@@ -355,6 +355,23 @@ impl Live {
         Ok(())
     }
 
+    /// Moves whatever the rings hold into `out` without waiting: the kernel
+    /// wakes `recv` only once a ring holds a batch, so each tick drains the
+    /// rest (a quiet ring's records wait at most a tick).
+    pub fn drain(&mut self, out: &mut Vec<Observation>) {
+        let first = out.len();
+        drain_events(self.events.get_mut(), out);
+        drain_marks(self.marks.get_mut(), &self.servers, out);
+        if let Some(s) = self.samples.as_mut() {
+            drain_samples(s.get_mut(), &mut self.servers, out);
+        }
+        for o in &mut out[first..] {
+            if let Observation::Sock { at, sample, .. } = o {
+                self.describe(*at, sample);
+            }
+        }
+    }
+
     /// Fills in what the kernel sample lacks: the process name and, for a
     /// socket whose connect() we did not see, whether it was accepted.
     fn describe(&mut self, now: Mono, sample: &mut SockSample) {
