@@ -7,6 +7,13 @@
 use std::time::Duration;
 
 use crate::core::conns::{Conn, ConnTable};
+
+/// The open connections with a client packet since `from`: what the
+/// connects of one poll are matched against (built once per poll, not
+/// once per connect over every connection).
+pub fn recent(conns: &ConnTable, from: Mono) -> Vec<&Conn> {
+    conns.iter().filter(|c| c.closed.is_none() && c.c2s.last_any().is_some_and(|t| t >= from)).collect()
+}
 use crate::core::time::Mono;
 
 /// The connections of `pid` that may have sent the request for a connect at
@@ -18,13 +25,14 @@ pub fn candidates(
     pid: u32,
     window: Duration,
     max: usize,
-    conns: &ConnTable,
+    conns: &[&Conn],
     owner_of: &dyn Fn(&Conn) -> Option<u32>,
 ) -> (Vec<u64>, bool) {
     let from = Mono(at.0.saturating_sub(window.as_nanos() as u64));
 
     let mut out: Vec<(Mono, u64)> = conns
         .iter()
+        .copied()
         // Its first client packet, as the kernel stamped it (the connection
         // itself may be set up from a later poll or sample).
         .filter(|c| c.closed.is_none() && c.c2s.first.unwrap_or(c.first_seen).min(c.first_seen) <= at)

@@ -384,9 +384,15 @@ impl Attribution {
         if let Some(poll) = self.last_poll {
             let window = self.cfg.connect_window;
             let max = self.cfg.max_candidates;
-            for (cookie, t) in self.targets.iter_mut().filter(|(_, t)| t.at_connect.is_none()) {
-                let Some(at) = t.connect.filter(|at| *at <= poll) else { continue };
-                let (cands, crowded) = connect::candidates(at, t.pid, window, max, conns, &owner_of);
+            let pending = |t: &Target| t.at_connect.is_none() && t.connect.is_some_and(|at| at <= poll);
+            let earliest = self.targets.values().filter(|t| pending(t)).filter_map(|t| t.connect).min();
+            let recent = match earliest {
+                Some(at) => connect::recent(conns, Mono(at.0.saturating_sub(window.as_nanos() as u64))),
+                None => Vec::new(),
+            };
+            for (cookie, t) in self.targets.iter_mut().filter(|(_, t)| pending(t)) {
+                let Some(at) = t.connect else { continue };
+                let (cands, crowded) = connect::candidates(at, t.pid, window, max, &recent, &owner_of);
                 tracing::debug!(cookie, at = at.0, pid = t.pid, ?cands, crowded, "attribution: at connect");
                 t.at_connect = Some(cands);
                 t.crowded = crowded;
@@ -584,7 +590,7 @@ impl Attribution {
 
 /// The process serving `c` (owner of one of its server ports), when known.
 pub fn owner(c: &Conn, owners: &HashMap<u16, u32>) -> Option<u32> {
-    c.server_ports().iter().find_map(|p| owners.get(p).copied()).or_else(|| {
+    c.flows.iter().find_map(|f| owners.get(&f.server.port()).copied()).or_else(|| {
         // One process serves here: it owns every connection (checked without
         // building a set: this runs per connection and tick).
         let mut pids = owners.values().copied();
