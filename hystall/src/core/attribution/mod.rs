@@ -380,7 +380,8 @@ impl Attribution {
                 cs.datagrams = c.c2s.bytes[0] + c.c2s.bytes[1];
             }
         }
-        let owner_of = |c: &Conn| owner(c, owners);
+        let sole = sole_owner(owners);
+        let owner_of = |c: &Conn| owner_or(c, owners, sole);
         if let Some(poll) = self.last_poll {
             let window = self.cfg.connect_window;
             let max = self.cfg.max_candidates;
@@ -590,11 +591,19 @@ impl Attribution {
 
 /// The process serving `c` (owner of one of its server ports), when known.
 pub fn owner(c: &Conn, owners: &HashMap<u16, u32>) -> Option<u32> {
-    c.flows.iter().find_map(|f| owners.get(&f.server.port()).copied()).or_else(|| {
-        // One process serves here: it owns every connection (checked without
-        // building a set: this runs per connection and tick).
-        let mut pids = owners.values().copied();
-        let first = pids.next()?;
-        pids.all(|p| p == first).then_some(first)
-    })
+    owner_or(c, owners, sole_owner(owners))
+}
+
+/// The one process that owns every port, if one does (then it owns every
+/// connection). Computed once per tick: a proxy may hold thousands of UDP
+/// sockets, and this is asked per connection and connect.
+pub fn sole_owner(owners: &HashMap<u16, u32>) -> Option<u32> {
+    let mut pids = owners.values().copied();
+    let first = pids.next()?;
+    pids.all(|p| p == first).then_some(first)
+}
+
+/// `owner` with the sole owner already known.
+pub fn owner_or(c: &Conn, owners: &HashMap<u16, u32>, sole: Option<u32>) -> Option<u32> {
+    c.flows.iter().find_map(|f| owners.get(&f.server.port()).copied()).or(sole)
 }
