@@ -113,7 +113,10 @@ fn a_stalled_socket_that_closes_is_reported_closed() {
     let Some(_g) = root_or_skip("a_stalled_socket_that_closes_is_reported_closed") else { return };
     let (lab, ready) = tcp_lab(&["--stall", "2", "--delay", "2", "--duration", "8"]);
     let mut w = watch(lab.pid(), 2, &[]);
-    let events = w.collect_until(Instant::now() + Duration::from_secs(10));
+    // The lab writes after 2 s and exits 8 s later (10 s after its start):
+    // 2 s of margin after that for the close to be seen (not a fixed window
+    // after watch_started, which comes sooner or later after the lab's start).
+    let events = w.collect_until(Instant::now() + Duration::from_secs(12));
     let expected: BTreeSet<String> = writers(&ready, "stall").into_iter().collect();
     assert_eq!(locals_of(&events, "socket_stalled"), expected, "events: {events:#?}");
     // The lab exits at 8 s: its sockets are destroyed.
