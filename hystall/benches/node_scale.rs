@@ -38,6 +38,10 @@
 // Only the root check and the helpers of the other benchmarks' loaded programs are used here.
 #[allow(dead_code)]
 mod common;
+#[path = "../tests/common/scrape.rs"]
+mod scrape;
+
+use scrape::scrape;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead as _, BufReader};
@@ -379,19 +383,6 @@ fn bpf_names() -> (HashMap<u32, String>, HashMap<u32, String>) {
         .map(|m| (m.id(), m.name_as_str().unwrap_or("?").to_owned()))
         .collect();
     (progs, maps)
-}
-
-/// Every sample of a metrics scrape, by series as printed (`name{labels}`).
-fn scrape(port: u16) -> HashMap<String, f64> {
-    let Ok(mut res) = ureq::get(&format!("http://127.0.0.1:{port}/metrics")).call() else { return HashMap::new() };
-    let body = res.body_mut().read_to_string().unwrap_or_default();
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, v) = l.rsplit_once(' ')?;
-            Some((series.to_owned(), v.parse().ok()?))
-        })
-        .collect()
 }
 
 /// The sum of the series of a metric whose labels contain `filter` (all with "").

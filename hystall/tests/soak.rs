@@ -9,10 +9,10 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use common::scrape::scrape;
 use common::{Proc, root_or_skip};
 
 const CHURN_SECS: u64 = 150;
@@ -39,19 +39,6 @@ fn rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
-}
-
-/// Every sample of a scrape, by series as printed (`name{labels}`).
-fn scrape(port: u16) -> HashMap<String, f64> {
-    let Ok(mut res) = ureq::get(&format!("http://127.0.0.1:{port}/metrics")).call() else { return HashMap::new() };
-    let body = res.body_mut().read_to_string().unwrap_or_default();
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, v) = l.rsplit_once(' ')?;
-            Some((series.to_owned(), v.parse().ok()?))
-        })
-        .collect()
 }
 
 #[derive(Debug, Clone, Default)]

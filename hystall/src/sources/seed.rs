@@ -68,23 +68,15 @@ pub fn find_stuck(diag: &mut SockDiag, pids: Option<&HashSet<u32>>, now: Mono) -
 
 /// pid → socket inodes among `wanted`, from /proc/PID/fd.
 fn owners(pids: Option<&HashSet<u32>>, wanted: &HashSet<u32>) -> HashMap<u32, Vec<u32>> {
-    let candidates: Vec<u32> = match pids {
-        Some(p) => p.iter().copied().collect(),
+    let candidates: HashSet<u32> = match pids {
+        Some(p) => p.clone(),
         None => std::fs::read_dir("/proc")
             .map(|rd| rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
             .unwrap_or_default(),
     };
     let mut out: HashMap<u32, Vec<u32>> = HashMap::new();
-    for pid in candidates {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
-        for fd in fds.flatten() {
-            let Some(n) = fd.file_name().to_str().and_then(|s| s.parse::<u64>().ok()) else { continue };
-            if let Some(ino) = procs::fd_socket_inode(pid, n)
-                && wanted.contains(&ino)
-            {
-                out.entry(pid).or_default().push(ino);
-            }
-        }
+    for (ino, h) in FdOwners::default().resolve(&candidates, wanted) {
+        out.entry(h.pid).or_default().push(ino);
     }
     out
 }

@@ -5,6 +5,7 @@
 pub mod cgroups;
 pub mod nft;
 pub mod node;
+pub mod scrape;
 pub mod singbox;
 
 use std::io::{BufRead, BufReader};

@@ -19,7 +19,7 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{BtfTracePoint, TracePoint},
 };
-use hystall_common::{FlowKey, FlowStats, InflightSend, SendSyscalls, SockStats, TpOffsets, counter};
+use hystall_common::{FlowKey, FlowStats, SendSyscalls, SockStats, TpOffsets, counter};
 use thiserror::Error;
 
 use crate::core::event::ProbeStatus;
@@ -267,13 +267,7 @@ impl Probes {
 
     /// The processes that own the sockets the kernel tracks.
     pub fn sock_owners(&self) -> HashSet<u32> {
-        let Some(map) = self.ebpf.map("SOCKS") else { return HashSet::new() };
-        match batch::read_all::<u64, SockStats>(map) {
-            Ok(all) => all.into_iter().map(|(_, s)| s.tgid).collect(),
-            Err(_) => BpfHashMap::<_, u64, SockStats>::try_from(map)
-                .map(|m| m.iter().filter_map(Result::ok).map(|(_, s)| s.tgid).collect())
-                .unwrap_or_default(),
-        }
+        self.socks().into_iter().map(|(_, s)| s.tgid).collect()
     }
 
     /// Run time and run count of each loaded program (non-zero only while BPF
@@ -322,18 +316,15 @@ impl Probes {
         m.get(&cookie, 0).ok()
     }
 
-    /// Every socket the kernel tracks (for the first look and for `top`).
+    /// Every socket the kernel tracks (for the first look and for `top`), in
+    /// batches where the kernel can.
     pub fn socks(&self) -> Vec<(u64, SockStats)> {
         let Some(map) = self.ebpf.map("SOCKS") else { return Vec::new() };
-        let Ok(m) = BpfHashMap::<_, u64, SockStats>::try_from(map) else { return Vec::new() };
-        m.iter().filter_map(Result::ok).collect()
-    }
-
-    /// Send syscalls in flight, by thread id.
-    pub fn inflight(&self) -> Vec<(u32, InflightSend)> {
-        let Some(map) = self.ebpf.map("INFLIGHT") else { return Vec::new() };
-        let Ok(m) = BpfHashMap::<_, u32, InflightSend>::try_from(map) else { return Vec::new() };
-        m.iter().filter_map(Result::ok).collect()
+        batch::read_all(map).unwrap_or_else(|_| {
+            BpfHashMap::<_, u64, SockStats>::try_from(map)
+                .map(|m| m.iter().filter_map(Result::ok).collect())
+                .unwrap_or_default()
+        })
     }
 
     /// Health counters summed over CPUs: `[lost, sent, map_full, _]`.
