@@ -56,7 +56,9 @@ pub struct DirStats {
 pub struct FlowStats {
     pub dir: [DirStats; 2],
     pub ifindex: u32,
-    pub _pad: u32,
+    /// `--decrypt`: small client packets kept as snips since the flow's last
+    /// full-size client packet (`decrypt::Snips`).
+    pub snips: u32,
 }
 
 /// The start of one packet's UDP payload, sent to user space for new flows,

@@ -6,11 +6,15 @@
 #![no_std]
 
 pub mod config;
+pub mod decrypt;
 pub mod flow;
 pub mod mark;
 pub mod sock;
+pub mod tls;
 
 pub use config::*;
+pub use decrypt::*;
 pub use flow::*;
 pub use mark::*;
 pub use sock::*;
+pub use tls::*;

@@ -139,8 +139,13 @@ pub mod counter {
     pub const FLOWS_FULL: u32 = 6;
     /// Byte marks lost (ring buffer full).
     pub const MARKS_LOST: u32 = 7;
+    /// TLS secrets lost (`--decrypt`: ring buffer full).
+    pub const SECRETS_LOST: u32 = 8;
+    /// Packets of selected connections not passed for decryption (ring full
+    /// or the connection's byte budget spent).
+    pub const PACKETS_LOST: u32 = 9;
     /// Number of counters.
-    pub const LEN: u32 = 8;
+    pub const LEN: u32 = 10;
 }
 
 /// Sizes of the kernel maps (documented in docs/ARCHITECTURE.md).

@@ -9,6 +9,7 @@
 #![feature(core_intrinsics)]
 #![no_main]
 
+mod go_tls;
 mod maps;
 mod quic_flow;
 mod sock_send;

@@ -22,8 +22,9 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use hystall_common::{
-    AF_INET, AF_INET6, DIR_C2S, DIR_S2C, FlowKey, FlowSample, FlowStats, MARK_FLOW, MAX_FLOWS, MAX_PORTS, SAMPLE_BYTES,
-    SAMPLES_RING_BYTES, counter, crossed, size_class,
+    AF_INET, AF_INET6, Budget, CLASS_FULL, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW,
+    MAX_FLOWS, MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, PACKET_MAX, PACKETS_RING_BYTES, SAMPLE_BYTES,
+    SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, Snips, counter, crossed, size_class,
 };
 
 use crate::maps::{bump, mark, now_ns, wakeup};
@@ -42,6 +43,23 @@ pub static FLOWS: LruHashMap<FlowKey, FlowStats> = LruHashMap::with_max_entries(
 pub static FLOW_SAMPLES: RingBuf = RingBuf::with_byte_size(SAMPLES_RING_BYTES, 0);
 #[map]
 static FLOW_SCRATCH: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// `--decrypt` (a load-time constant: without it the verifier drops the
+/// code below, and it costs nothing).
+#[unsafe(no_mangle)]
+static DECRYPT: u8 = 0;
+/// Flows user space selected for decryption, with their byte budgets.
+#[map]
+pub static SELECTED: aya_ebpf::maps::HashMap<FlowKey, Budget> =
+    aya_ebpf::maps::HashMap::with_max_entries(MAX_SELECTED, 0);
+/// Whole packets of selected flows.
+#[map]
+pub static PACKETS: RingBuf = RingBuf::with_byte_size(PACKETS_RING_BYTES, 0);
+/// The first small client packets after each flow's last full-size one.
+#[map]
+pub static SNIPPED: LruHashMap<FlowKey, Snips> = LruHashMap::with_max_entries(MAX_SNIP_FLOWS, 0);
+#[map]
+static SNIP_SCRATCH: PerCpuArray<Snips> = PerCpuArray::with_max_entries(1, 0);
 
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
@@ -154,7 +172,92 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     if d.sampling.take(now, p.head, p.dir == DIR_C2S) {
         sample(ctx, &p, now, ifindex, segs, seg_len);
     }
+    if unsafe { core::ptr::read_volatile(&DECRYPT) } != 0 {
+        if p.dir == DIR_C2S {
+            let kept = unsafe { &mut (*stats).snips };
+            if class == CLASS_FULL {
+                *kept = 0;
+            } else if (*kept as usize) < SNIPS && seg_len as usize <= SNIP_BYTES {
+                snip(ctx, &p, now, *kept as usize, seg_len);
+                *kept += 1;
+            }
+        }
+        pass(ctx, &p, now, seg_len);
+    }
     Ok(())
+}
+
+/// Keeps a small client packet in the flow's snip slot `i`.
+#[inline(always)]
+fn snip(ctx: &TcContext, p: &Parsed, now: u64, i: usize, len: u32) {
+    let snips = match SNIPPED.get_ptr_mut(&p.key) {
+        Some(s) => s,
+        None => {
+            let Some(scratch) = SNIP_SCRATCH.get_ptr_mut(0) else { return };
+            unsafe { core::ptr::write_bytes(scratch, 0, 1) };
+            if SNIPPED.insert(&p.key, unsafe { &*scratch }, 0).is_err() {
+                return;
+            }
+            match SNIPPED.get_ptr_mut(&p.key) {
+                Some(s) => s,
+                None => return,
+            }
+        }
+    };
+    let i = i & (SNIPS - 1);
+    if len == 0 {
+        return;
+    }
+    let n = (((len as usize).min(SNIP_BYTES) - 1) & (SNIP_BYTES - 1)) + 1;
+    unsafe {
+        let Some(dst) = (*snips).bytes.get_mut(i) else { return };
+        if bpf_skb_load_bytes(ctx.skb.skb as *const _, p.payload_off as u32, dst.as_mut_ptr().cast(), n as u32) != 0 {
+            return;
+        }
+        if let (Some(t), Some(l)) = ((*snips).ts_ns.get_mut(i), (*snips).len.get_mut(i)) {
+            *t = now;
+            *l = n as u32;
+        }
+    }
+}
+
+/// Passes a packet of a selected flow to user space, within its budget.
+#[inline(always)]
+fn pass(ctx: &TcContext, p: &Parsed, now: u64, seg_len: u32) {
+    let Some(b) = SELECTED.get_ptr_mut(&p.key) else { return };
+    let avail = (ctx.len() as usize).saturating_sub(p.payload_off).min(seg_len as usize);
+    if avail == 0 {
+        return;
+    }
+    unsafe {
+        if now.saturating_sub((*b).window_ns) >= 1_000_000_000 {
+            (*b).window_ns = now;
+            (*b).bytes = 0;
+        }
+        if (*b).bytes + avail as u64 > SELECTED_BYTES_PER_SEC {
+            bump(counter::PACKETS_LOST);
+            return;
+        }
+        (*b).bytes += avail as u64;
+    }
+    let Some(mut entry) = PACKETS.reserve::<FlowPacket>(0) else {
+        bump(counter::PACKETS_LOST);
+        return;
+    };
+    let e = entry.as_mut_ptr();
+    let n = ((avail.min(PACKET_MAX) - 1) & (PACKET_MAX - 1)) + 1;
+    unsafe {
+        (*e).key = p.key;
+        (*e).ts_ns = now;
+        (*e).dir = p.dir as u32;
+        (*e).caplen = 0;
+        if bpf_skb_load_bytes(ctx.skb.skb as *const _, p.payload_off as u32, (*e).bytes.as_mut_ptr().cast(), n as u32)
+            == 0
+        {
+            (*e).caplen = n as u32;
+        }
+    }
+    entry.submit(wakeup(&PACKETS, PACKETS_RING_BYTES));
 }
 
 #[inline(always)]

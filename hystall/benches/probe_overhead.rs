@@ -80,7 +80,7 @@ impl Mode {
             Mode::Other => (true, Some(OTHER_PID)),
             Mode::All => (false, None),
         };
-        let mut probes = Probes::load(&ProbeConfig { filter_pids }).map_err(|e| e.to_string())?;
+        let mut probes = Probes::load(&ProbeConfig { filter_pids, ..Default::default() }).map_err(|e| e.to_string())?;
         if let Some(pid) = pid {
             probes.set_pids(&HashSet::from([pid])).map_err(|e| e.to_string())?;
         }

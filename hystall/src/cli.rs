@@ -125,6 +125,16 @@ pub struct Selection {
     /// Do not look for a Clash API in the watched servers' configs.
     #[arg(long)]
     pub no_clash_api: bool,
+    /// Read the frames of suspect connections live with the server's own TLS
+    /// secrets (a uprobe on Go's crypto/tls key-log function in the watched
+    /// servers; x86_64): a starvation is then `confirmed` from its frames.
+    /// Secrets stay in memory unless --keylog-out is given.
+    #[arg(long)]
+    pub decrypt: bool,
+    /// With --decrypt: also append every secret read to FILE (SSLKEYLOGFILE
+    /// format, mode 0600), e.g. for `hystall pcap --keylog FILE` of a capture.
+    #[arg(long, value_name = "FILE", requires = "decrypt")]
+    pub keylog_out: Option<PathBuf>,
 }
 
 /// An inclusive UDP port range (a single port is LO = HI).

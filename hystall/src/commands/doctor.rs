@@ -120,7 +120,7 @@ pub fn checks() -> Vec<Check> {
     }
 
     if can_load {
-        match Probes::load(&ProbeConfig { filter_pids: true }) {
+        match Probes::load(&ProbeConfig { filter_pids: true, ..Default::default() }) {
             Ok(mut p) => {
                 // `watch` attaches these on demand; the doctor checks they can attach.
                 let _ = p.attach_syscalls();

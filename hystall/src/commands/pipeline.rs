@@ -19,6 +19,7 @@ use crate::core::time::{Mono, mono_now};
 use crate::core::timeline::ModelOptions;
 use crate::sinks::enforcer::{Executor, syslog};
 use crate::sinks::recorder::Recorder;
+use crate::sources::decrypt::DecryptOptions;
 use crate::sources::live::{Live, QuicOptions};
 use crate::sources::procs::Mode;
 use crate::sources::{clash_api, hysteria_api};
@@ -74,7 +75,9 @@ impl Pipeline {
         let enforcer = if enforce.enforce { Some(enforcement(enforce, &mode)?) } else { None };
         let quic =
             QuicOptions { ports: sel.ports.iter().flat_map(|r| r.ports()).collect(), ifaces: sel.ifaces.clone() };
-        let mut live = Live::start(mode.clone(), quic, mono_now()).context("starting the kernel probes")?;
+        let decrypt = sel.decrypt.then(|| DecryptOptions { keylog_out: sel.keylog_out.clone() });
+        let mut live =
+            Live::start(mode.clone(), quic, decrypt.as_ref(), mono_now()).context("starting the kernel probes")?;
         if mode.filters() && live.pids.is_empty() {
             warnings.push(
                 "no process matches the selection yet: watching for one (a process started later is picked up within a second)"
@@ -96,7 +99,15 @@ impl Pipeline {
             blocked_writers: Some(crate::sources::parked::METHOD.into()),
             quic: Some(live.quic_ports("start")),
             warnings,
+            decrypt: live.decrypt_info(),
         };
+        if let Some(d) = &start.decrypt {
+            syslog(&format!(
+                "--decrypt on: {}{}",
+                d.summary(),
+                d.keylog_out.as_deref().map(|p| format!("; secrets written to {p}")).unwrap_or_default()
+            ));
+        }
         // The same model a recording of this run replays with.
         let model = options.model();
         let mut pending = Vec::new();
@@ -201,6 +212,14 @@ impl Pipeline {
         if let Some(info) = self.live.take_ports_change() {
             tracing::info!("QUIC server ports: {} ({})", info.summary(), info.reason);
             events.push(Stamped { at: now, event: Event::QuicPortsChanged(info) });
+        }
+        if self.live.decrypting() {
+            // The next tick reads the frames of the suspects of this one.
+            self.live.select_suspects(&crate::core::suspects::suspects(&self.model, now));
+            if let Some(info) = self.live.take_decrypt_change() {
+                syslog(&format!("--decrypt: {}", info.summary()));
+                events.push(Stamped { at: now, event: Event::DecryptChanged(info) });
+            }
         }
         // Bounded kernel flow map: the flows of closed connections go.
         let swept = std::mem::take(&mut self.model.swept_flows);

@@ -61,7 +61,7 @@ pub struct Conn {
     pub rate: Rates,
     pub opened_reported: bool,
     pub closed: Option<Mono>,
-    /// What decrypted frames show (captures with a key log only).
+    /// What decrypted frames show (captures with a key log; live with `--decrypt`).
     pub frames: Option<super::frames::FrameState>,
     /// Counters of the paths this connection left (a port-hopping client's
     /// old 5-tuples, idle past the timeout): folded in so their flows can go.
@@ -109,6 +109,11 @@ impl Conn {
     pub fn alive(&self, now: Mono, window: Duration) -> bool {
         let recent = |d: &DirCounters| d.last_any().is_some_and(|t| now.since(t) <= window);
         recent(&self.c2s) && recent(&self.s2c)
+    }
+
+    /// Length of the server's connection IDs, once known.
+    pub fn cid_len(&self) -> Option<usize> {
+        self.cid_len
     }
 
     /// Last time full-size packets (bulk stream data) flowed in `dir`.

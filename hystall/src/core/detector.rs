@@ -215,8 +215,9 @@ impl Detector {
             let k = targets.len();
             let exact = targets.iter().filter(|(_, l)| l.evidence.api).count();
             let unsure = maybe.get(&c.id).copied().unwrap_or(0);
-            // Decrypted frames (offline) prove it or not, whatever the targets.
-            let proof = c.frames.as_ref().and_then(|f| frame_proof(f, now, cfg.bulk_quiet));
+            // Decrypted frames (a capture with keys, or --decrypt) prove it or
+            // not, whatever the targets.
+            let proof = c.frames.as_ref().and_then(|f| frame_proof(f, now, cfg.bulk_quiet, c.last_bulk(Dir::C2s)));
             let confidence = if proof.is_some() || exact >= need {
                 Confidence::Confirmed
             } else if k >= need {
@@ -282,9 +283,18 @@ impl Detector {
 /// connection starved: the client used up the server's connection limit, sent
 /// no new stream data for `quiet`, the server never raised the limit since, and
 /// the client still sends ACK or DATAGRAM frames (it is alive, only blocked).
-pub fn frame_proof(f: &FrameState, now: Mono, quiet: Duration) -> Option<Mono> {
+///
+/// Live (`--decrypt`), a connection is read only once it is suspect: its last
+/// STREAM frames were never passed, only the DATA_BLOCKED the classifier kept
+/// after them. Then the stop is the DATA_BLOCKED, provided the kernel's counts
+/// (`last_bulk`: the last full-size client packet) saw no bulk after it.
+pub fn frame_proof(f: &FrameState, now: Mono, quiet: Duration, last_bulk: Option<Mono>) -> Option<Mono> {
     f.client_blocked_at_limit()?;
-    let stop = f.last_stream[0]?;
+    let stop = match (f.last_stream[0], f.data_blocked) {
+        (Some(s), _) => s,
+        (None, Some((_, at, _))) if last_bulk.is_none_or(|b| b <= at) => at,
+        _ => return None,
+    };
     (now.since(stop) >= quiet && f.max_data_raised.is_none_or(|r| r <= stop) && f.client_alive_after(stop))
         .then_some(stop)
 }

@@ -43,6 +43,8 @@ pub enum Event {
     /// The QUIC server ports watched changed (a server found, started, moved
     /// or gone): the ports, the candidates, and why.
     QuicPortsChanged(QuicPortsInfo),
+    /// `--decrypt`: the processes whose TLS secrets are read changed.
+    DecryptChanged(DecryptInfo),
 }
 
 impl Event {
@@ -58,6 +60,7 @@ impl Event {
         "quic_recovered",
         "enforced",
         "quic_ports_changed",
+        "decrypt_changed",
     ];
 
     pub fn name(&self) -> &'static str {
@@ -72,6 +75,7 @@ impl Event {
             Event::QuicRecovered(_) => "quic_recovered",
             Event::Enforced(_) => "enforced",
             Event::QuicPortsChanged(_) => "quic_ports_changed",
+            Event::DecryptChanged(_) => "decrypt_changed",
         }
     }
 }
@@ -98,6 +102,55 @@ pub struct StartInfo {
     /// another hystall attached, ...), one line each.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// `--decrypt`: whose secrets are read (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decrypt: Option<DecryptInfo>,
+}
+
+/// What `--decrypt` reads: in `watch_started`, `decrypt_changed` and `top`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DecryptInfo {
+    /// The watched processes and the key-log functions probed in each.
+    pub processes: Vec<DecryptProc>,
+    /// Where secrets are written (only with `--keylog-out`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keylog_out: Option<String>,
+    /// Handshakes whose secrets were read so far.
+    pub handshakes: u64,
+    /// Connections whose packets are read now.
+    pub selected: usize,
+    /// Set when nothing can be decrypted: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl DecryptInfo {
+    /// One line: the processes probed, or the note.
+    pub fn summary(&self) -> String {
+        let probed: Vec<String> = self
+            .processes
+            .iter()
+            .filter(|p| !p.functions.is_empty())
+            .map(|p| format!("pid {} ({})", p.pid, p.binary))
+            .collect();
+        match (&self.note, probed.is_empty()) {
+            (Some(n), true) => n.clone(),
+            _ => format!("reading TLS secrets of {}", probed.join(", ")),
+        }
+    }
+}
+
+/// One watched process under `--decrypt`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DecryptProc {
+    pub pid: u32,
+    pub binary: String,
+    /// Functions the uprobe is attached to (empty: not probed, see `note`).
+    pub functions: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub go_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The QUIC server ports watched now, and, when there is none, why.
@@ -161,6 +214,7 @@ impl StartInfo {
             blocked_writers: None,
             quic: None,
             warnings: Vec::new(),
+            decrypt: None,
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod quic;
 pub mod recording;
 pub mod series;
 pub mod sockets;
+pub mod suspects;
 pub mod time;
 pub mod timeline;
 pub mod verdict;

@@ -136,12 +136,16 @@ fn text(e: &Event) -> String {
             if let Some(q) = &i.quic {
                 s.push_str(&format!("\n          {}", q.summary()));
             }
+            if let Some(d) = &i.decrypt {
+                s.push_str(&format!("\n          DECRYPT {}", d.summary()));
+            }
             for w in &i.warnings {
                 s.push_str(&format!("\n          WARNING {w}"));
             }
             s
         }
         Event::QuicPortsChanged(q) => format!("QUIC PORTS  {} ({})", q.summary(), q.reason),
+        Event::DecryptChanged(d) => format!("DECRYPT     {}", d.summary()),
         Event::SocketStalled(s) => sock_line("STALLED", s),
         Event::SocketRecovered(s) => sock_line("RECOVERED", s),
         Event::SocketClosed(s) => sock_line("CLOSED", s),

@@ -110,13 +110,32 @@ pub struct Live {
     /// Send bytes of each target socket at its last read (only changes are
     /// reported).
     sends: HashMap<u64, u64>,
+    /// `--decrypt`: secrets from the servers, frames of suspect connections.
+    decrypt: Option<super::decrypt::LiveDecrypt>,
+    /// Set when what `--decrypt` probes changed (for `decrypt_changed`).
+    decrypt_changed: bool,
 }
 
 impl Live {
-    pub fn start(mode: Mode, quic: QuicOptions, now: Mono) -> Result<Live, ProbeError> {
-        let mut probes = Probes::load(&ProbeConfig { filter_pids: mode.filters() })?;
+    pub fn start(
+        mode: Mode,
+        quic: QuicOptions,
+        decrypt: Option<&super::decrypt::DecryptOptions>,
+        now: Mono,
+    ) -> Result<Live, ProbeError> {
+        let mut probes = Probes::load(&ProbeConfig { filter_pids: mode.filters(), decrypt: decrypt.is_some() })?;
         let pids = mode.resolve();
         probes.set_pids(&pids)?;
+        let mut decrypt = match decrypt {
+            Some(opts) => Some(super::decrypt::LiveDecrypt::start(&mut probes, opts)?),
+            None => None,
+        };
+        // Only selected processes (or the detected proxies) are probed.
+        if let Some(d) = decrypt.as_mut()
+            && mode.filters()
+        {
+            d.sync(&mut probes, &pids);
+        }
         let ring = probes.take_events()?;
         // SAFETY: the fd belongs to the RingBuf, which the AsyncFd owns; it stays
         // open for as long as it is registered. Must run inside a tokio runtime.
@@ -161,6 +180,8 @@ impl Live {
             last_upkeep: Mono::ZERO,
             map_fill: Vec::new(),
             sends: HashMap::new(),
+            decrypt,
+            decrypt_changed: false,
         };
         live.refresh_ports()?;
         // What is found at the start goes in `watch_started`, not in a change.
@@ -314,6 +335,37 @@ impl Live {
         self.probes.counters()
     }
 
+    /// `--decrypt`: what is probed and read (None without it).
+    pub fn decrypt_info(&self) -> Option<super::decrypt::DecryptInfo> {
+        let mut info = self.decrypt.as_ref()?.info();
+        if !self.mode.filters() && info.processes.is_empty() {
+            info.note = Some(
+                "--decrypt probes only selected processes (--pid, --comm, --cgroup, --unit) or the detected proxies"
+                    .into(),
+            );
+        }
+        Some(info)
+    }
+
+    /// What `--decrypt` probes, when that changed since the last call.
+    pub fn take_decrypt_change(&mut self) -> Option<super::decrypt::DecryptInfo> {
+        if !std::mem::take(&mut self.decrypt_changed) {
+            return None;
+        }
+        self.decrypt_info()
+    }
+
+    /// `--decrypt`: passes the packets of exactly these connections.
+    pub fn select_suspects(&mut self, suspects: &[crate::core::suspects::Suspect]) {
+        if let Some(d) = self.decrypt.as_mut() {
+            d.select(&mut self.probes, suspects, &self.flow_keys);
+        }
+    }
+
+    pub fn decrypting(&self) -> bool {
+        self.decrypt.is_some()
+    }
+
     /// Flows the kernel's flow map evicted (LRU, full) since the start.
     pub fn flows_evicted(&self) -> u64 {
         self.flows_evicted
@@ -359,6 +411,9 @@ impl Live {
     /// wakes `recv` only once a ring holds a batch, so each tick drains the
     /// rest (a quiet ring's records wait at most a tick).
     pub fn drain(&mut self, out: &mut Vec<Observation>) {
+        if let Some(d) = self.decrypt.as_mut() {
+            d.drain(crate::core::time::mono_now(), out);
+        }
         let first = out.len();
         drain_events(self.events.get_mut(), out);
         drain_marks(self.marks.get_mut(), &self.servers, out);
@@ -410,6 +465,9 @@ impl Live {
             if pids != self.pids {
                 let _ = self.probes.set_pids(&pids);
                 let added = pids.difference(&self.pids).count() > 0;
+                if let Some(d) = self.decrypt.as_mut() {
+                    self.decrypt_changed |= d.sync(&mut self.probes, &pids);
+                }
                 self.pids = pids;
                 if added {
                     self.seed(now, out);

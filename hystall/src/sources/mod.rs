@@ -4,6 +4,7 @@ pub mod api_poll;
 pub mod capture;
 pub mod cgroup;
 pub mod clash_api;
+pub mod decrypt;
 pub mod fd_owners;
 pub mod hysteria_api;
 pub mod live;

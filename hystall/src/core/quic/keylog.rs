@@ -69,23 +69,46 @@ impl KeyLog {
     pub fn parse(text: &str) -> Self {
         let mut log = Self::default();
         for line in text.lines() {
-            match parse_line(line) {
-                Line::Blank => {}
-                Line::Ignored => log.ignored += 1,
-                Line::Malformed => log.skipped += 1,
-                Line::Secret(random, label, secret) => {
-                    let s = log.entry(random);
-                    let slot = match label {
-                        Label::ClientHandshake => &mut s.client_handshake,
-                        Label::ServerHandshake => &mut s.server_handshake,
-                        Label::ClientApp => &mut s.client_app,
-                        Label::ServerApp => &mut s.server_app,
-                    };
-                    *slot = Some(secret);
-                }
-            }
+            log.add_line(line);
         }
         log
+    }
+
+    /// Adds one line (live secrets arrive a line at a time); returns the
+    /// client random it named when it was a secret QUIC uses.
+    pub fn add_line(&mut self, line: &str) -> Option<ClientRandom> {
+        match parse_line(line) {
+            Line::Blank => None,
+            Line::Ignored => {
+                self.ignored += 1;
+                None
+            }
+            Line::Malformed => {
+                self.skipped += 1;
+                None
+            }
+            Line::Secret(random, label, secret) => {
+                let s = self.entry(random);
+                let slot = match label {
+                    Label::ClientHandshake => &mut s.client_handshake,
+                    Label::ServerHandshake => &mut s.server_handshake,
+                    Label::ClientApp => &mut s.client_app,
+                    Label::ServerApp => &mut s.server_app,
+                };
+                *slot = Some(secret);
+                Some(random)
+            }
+        }
+    }
+
+    /// Forgets a connection's secrets (live: its time is up).
+    pub fn remove(&mut self, client_random: &ClientRandom) {
+        self.secrets.remove(client_random);
+        // The order list is compacted now and then, not on every removal.
+        if self.order.len() > 64 && self.order.len() > 2 * self.secrets.len() {
+            let secrets = &self.secrets;
+            self.order.retain(|r| secrets.contains_key(r));
+        }
     }
 
     fn entry(&mut self, random: ClientRandom) -> &mut ConnSecrets {
@@ -118,12 +141,12 @@ impl KeyLog {
 
     /// Connections in the log.
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.secrets.len()
     }
 
     /// Whether the log has no usable secrets.
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.secrets.is_empty()
     }
 
     /// Lines that could not be used: malformed, or an unknown label.

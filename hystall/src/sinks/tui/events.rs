@@ -93,6 +93,10 @@ fn describe(e: &Event) -> (&'static str, String, Severity) {
             let sev = if q.note.is_some() { Severity::Bad } else { Severity::Good };
             ("QUIC PORTS", format!("{} ({})", q.summary(), q.reason), sev)
         }
+        Event::DecryptChanged(d) => {
+            let sev = if d.note.is_some() { Severity::Bad } else { Severity::Good };
+            ("DECRYPT", d.summary(), sev)
+        }
         Event::SocketStalled(s) => ("STALLED", sock(s), Severity::Bad),
         Event::SocketRecovered(s) => ("RECOVERED", sock(s), Severity::Good),
         Event::SocketClosed(s) => ("CLOSED", sock(s), Severity::Info),

@@ -79,6 +79,45 @@ impl Decryptors {
         &self.keylog
     }
 
+    /// Replaces the key log (live: the secrets of recent handshakes).
+    pub fn set_keys(&mut self, keylog: Arc<KeyLog>) {
+        self.keylog = keylog;
+        for c in &mut self.conns {
+            if !c.dec.secrets_found() {
+                c.dec.set_keylog(Arc::clone(&self.keylog));
+            }
+        }
+    }
+
+    /// Whether some connection still waits for its secrets.
+    pub fn waiting_for_keys(&self) -> bool {
+        self.by_flow.values().any(|&i| self.conns.get(i).is_some_and(|c| !c.dec.secrets_found()))
+    }
+
+    /// The length of the server's connection IDs at `server`, when learnt
+    /// elsewhere (live: from header samples; the handshake was not passed).
+    pub fn set_server_cid_len(&mut self, server: std::net::SocketAddr, len: u8) {
+        self.server_cid_len.insert(server, len);
+    }
+
+    /// Forgets the connections of `flows` (live: no longer selected). Their
+    /// slots stay, emptied, so the other indexes hold.
+    pub fn forget(&mut self, flows: &[FlowId]) {
+        for f in flows {
+            if let Some(i) = self.by_flow.remove(f)
+                && !self.by_flow.values().any(|&j| j == i)
+                && let Some(c) = self.conns.get_mut(i)
+            {
+                self.by_cid.retain(|_, j| *j != i);
+                c.dec = ConnDecryptor::new(Arc::new(KeyLog::default()));
+                c.offsets = [HashMap::new(), HashMap::new()];
+                c.hs.clear();
+                c.frames = FrameState::default();
+                c.dirty = false;
+            }
+        }
+    }
+
     /// The short-header DCID of `flow` in direction `dir`, when known (for GSO splitting).
     pub fn dcid_for(&self, flow: &FlowId, dir: Dir, first_segment: &[u8]) -> Option<Vec<u8>> {
         let c = self.conns.get(*self.by_flow.get(flow)?)?;

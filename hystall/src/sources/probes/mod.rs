@@ -13,13 +13,14 @@ pub mod tracefs;
 pub mod upkeep;
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, TracePoint},
+    programs::{BtfTracePoint, TracePoint, UProbe, uprobe::UProbeAttachLocation, uprobe::UProbeLinkId, uprobe::UProbeScope},
 };
-use hystall_common::{FlowKey, FlowStats, SendSyscalls, SockStats, TpOffsets, counter};
+use hystall_common::{Budget, FlowKey, FlowStats, SendSyscalls, Snips, SockStats, TpOffsets, counter};
 use thiserror::Error;
 
 use crate::core::event::ProbeStatus;
@@ -50,6 +51,8 @@ pub enum ProbeError {
 pub struct ProbeConfig {
     /// Watch only these processes (their tgids go into the PIDS map).
     pub filter_pids: bool,
+    /// `--decrypt`: the classifier keeps snips and passes selected flows.
+    pub decrypt: bool,
 }
 
 /// One program: its name in the object, and where it attaches.
@@ -88,6 +91,8 @@ const SPECS: &[Spec] = &[
 /// docs/PERFORMANCE.md), and blocked writers are found from /proc instead
 /// (`sources::parked`). The benchmarks and `doctor` attach them on request.
 const ON_DEMAND: &[&str] = &["sys_enter", "sys_exit"];
+/// The uprobe on Go's `crypto/tls.(*Config).writeKeyLog` (`--decrypt`).
+const KEYLOG_PROG: &str = "go_tls_keylog";
 const ON_DEMAND_NOTE: &str = "not attached: only on request (blocked writers are read from /proc)";
 
 /// A program left detached on purpose until it is needed (not a degradation).
@@ -121,12 +126,14 @@ impl Probes {
         let tp = TpOffsets { destroy_cookie: tracefs::field_offset(&root, "tcp", "tcp_destroy_sock", "sock_cookie")? };
         let calls = syscalls::send_syscalls().unwrap_or(SendSyscalls::NONE);
         let filter: u8 = cfg.filter_pids.into();
+        let decrypt: u8 = cfg.decrypt.into();
 
         let mut ebpf = EbpfLoader::new()
             .override_global("SOCK_OFFSETS", &sock_offsets, true)
             .override_global("TP_OFFSETS", &tp, true)
             .override_global("SEND_SYSCALLS", &calls, true)
             .override_global("FILTER_PIDS", &filter, true)
+            .override_global("DECRYPT", &decrypt, true)
             .load(EBPF_OBJECT)
             .map_err(|e| if is_eperm(&e) { ProbeError::NotPermitted } else { ProbeError::Load(e.to_string()) })?;
 
@@ -263,6 +270,65 @@ impl Probes {
             m.set(0, 1, 0).map_err(|e| ProbeError::Map("SWITCHES", e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// `--decrypt`: attaches the key-log uprobe to `binary` (a path the
+    /// kernel can open, e.g. `/proc/PID/exe`) at file offset `offset`, for
+    /// process `pid` only. Loads the program the first time.
+    pub fn attach_keylog(&mut self, pid: u32, binary: &Path, offset: u64) -> Result<UProbeLinkId, ProbeError> {
+        let prog = self.ebpf.program_mut(KEYLOG_PROG).ok_or_else(|| ProbeError::Load(format!("{KEYLOG_PROG} missing")))?;
+        let p: &mut UProbe = prog.try_into().map_err(|e| ProbeError::Load(format!("{KEYLOG_PROG}: {e}")))?;
+        if p.fd().is_err() {
+            p.load().map_err(|e| ProbeError::Load(format!("load uprobe {KEYLOG_PROG}: {}", chain(&e))))?;
+        }
+        let scope = UProbeScope::OneProcess(
+            std::num::NonZeroU32::new(pid).ok_or_else(|| ProbeError::Load("pid 0".into()))?,
+        );
+        p.attach(UProbeAttachLocation::AbsoluteOffset(offset), binary, scope)
+            .map_err(|e| ProbeError::Load(format!("uprobe on {} at {offset:#x}: {}", binary.display(), chain(&e))))
+    }
+
+    /// Detaches one key-log uprobe (its process is gone or no longer watched).
+    pub fn detach_keylog(&mut self, link: UProbeLinkId) {
+        if let Some(prog) = self.ebpf.program_mut(KEYLOG_PROG)
+            && let Ok(p) = <&mut UProbe>::try_from(prog)
+        {
+            let _ = p.detach(link);
+        }
+    }
+
+    /// `--decrypt`: whole packets of `key` go to the PACKETS ring from now on.
+    pub fn select_flow(&mut self, key: &FlowKey) -> Result<(), ProbeError> {
+        let map = self.ebpf.map_mut("SELECTED").ok_or_else(|| ProbeError::Map("SELECTED", "missing".into()))?;
+        let mut m: BpfHashMap<_, FlowKey, Budget> =
+            BpfHashMap::try_from(map).map_err(|e| ProbeError::Map("SELECTED", e.to_string()))?;
+        m.insert(key, Budget::default(), 0).map_err(|e| ProbeError::Map("SELECTED", e.to_string()))
+    }
+
+    pub fn deselect_flow(&mut self, key: &FlowKey) {
+        if let Some(map) = self.ebpf.map_mut("SELECTED")
+            && let Ok(mut m) = BpfHashMap::<_, FlowKey, Budget>::try_from(map)
+        {
+            let _ = m.remove(key);
+        }
+    }
+
+    /// The small client packets kept after `key`'s last full-size one.
+    pub fn snips(&self, key: &FlowKey) -> Option<Snips> {
+        let m: BpfHashMap<_, FlowKey, Snips> = BpfHashMap::try_from(self.ebpf.map("SNIPPED")?).ok()?;
+        m.get(key, 0).ok()
+    }
+
+    /// The ring buffer of selected flows' packets (can be taken once).
+    pub fn take_packets(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = self.ebpf.take_map("PACKETS").ok_or_else(|| ProbeError::Map("PACKETS", "missing".into()))?;
+        RingBuf::try_from(map).map_err(|e| ProbeError::Map("PACKETS", e.to_string()))
+    }
+
+    /// The ring buffer of TLS secrets (can be taken once).
+    pub fn take_secrets(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = self.ebpf.take_map("SECRETS").ok_or_else(|| ProbeError::Map("SECRETS", "missing".into()))?;
+        RingBuf::try_from(map).map_err(|e| ProbeError::Map("SECRETS", e.to_string()))
     }
 
     /// The processes that own the sockets the kernel tracks.

@@ -1,0 +1,62 @@
+//! `--decrypt`: what the TC classifier passes to user space so that it can
+//! read the frames of the connections it suspects: whole packets of selected
+//! flows (within a byte budget), and for every watched flow the first few
+//! small client packets after its last full-size one — where a client that
+//! ran out of connection credit says so (DATA_BLOCKED), long before anyone
+//! suspects the connection.
+
+use crate::flow::FlowKey;
+
+/// Bytes of one segment's UDP payload copied (QUIC datagrams fit; a power of
+/// two, for the verifier's length mask).
+pub const PACKET_MAX: usize = 2048;
+/// Ring buffer of passed packets.
+pub const PACKETS_RING_BYTES: u32 = 1 << 22;
+/// Flows user space can select at once.
+pub const MAX_SELECTED: u32 = 1024;
+/// Bytes a selected flow may pass per second (both directions).
+pub const SELECTED_BYTES_PER_SEC: u64 = 1 << 20;
+
+/// Small client packets kept after the last full-size one, per flow.
+pub const SNIPS: usize = 4;
+/// Largest client packet kept as a snip (an ACK with a DATA_BLOCKED frame is
+/// a few dozen bytes; a power of two, for the verifier's length mask).
+pub const SNIP_BYTES: usize = 128;
+/// Flows whose snips are kept (LRU).
+pub const MAX_SNIP_FLOWS: u32 = 16_384;
+
+/// One packet of a selected flow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FlowPacket {
+    pub key: FlowKey,
+    pub ts_ns: u64,
+    pub dir: u32,
+    /// Bytes valid in `bytes` (the first segment of a GSO/GRO super-packet).
+    pub caplen: u32,
+    pub bytes: [u8; PACKET_MAX],
+}
+
+/// A selected flow's budget: bytes passed in the current one-second window.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Budget {
+    pub window_ns: u64,
+    pub bytes: u64,
+}
+
+/// The first small client packets after a flow's last full-size packet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Snips {
+    pub ts_ns: [u64; SNIPS],
+    pub len: [u32; SNIPS],
+    pub bytes: [[u8; SNIP_BYTES]; SNIPS],
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    unsafe impl aya::Pod for super::FlowPacket {}
+    unsafe impl aya::Pod for super::Budget {}
+    unsafe impl aya::Pod for super::Snips {}
+}

@@ -1,0 +1,210 @@
+//! `--decrypt`: the live path to a connection's frames, with the server's own
+//! secrets. A uprobe on Go's crypto/tls key-log function ([`uprobes`]) hands
+//! over every TLS 1.3 secret of the watched servers' handshakes ([`keys`]);
+//! the classifier keeps, for every flow, the first small client packets after
+//! its last full-size one (where a blocked client sends DATA_BLOCKED), and
+//! passes whole packets of the flows selected here. Those are opened with the
+//! code the pcap path uses (`offline::quic::Decryptors`), and their frame
+//! figures go to the model as `Observation::Frames`, as they do offline.
+//!
+//! Only suspects are selected (the model names them, `core::suspects`), at
+//! most `MAX_SELECTED_CONNS`, each within the kernel's byte budget. Secrets
+//! stay in memory unless `--keylog-out` is given.
+
+pub mod keys;
+pub mod uprobes;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aya::maps::{MapData, RingBuf};
+use hystall_common::{DIR_C2S, FlowKey, FlowPacket, SNIPS, TlsSecret};
+
+use crate::core::flows::{Dir, FlowId};
+use crate::core::frames::FrameSample;
+use crate::core::observation::Observation;
+use crate::core::suspects::Suspect;
+use crate::core::time::Mono;
+use crate::sources::offline::quic::Decryptors;
+use crate::sources::probes::{ProbeError, Probes};
+
+/// Connections whose packets are passed at once.
+pub const MAX_SELECTED_CONNS: usize = 64;
+
+/// `--decrypt` and `--keylog-out FILE`.
+#[derive(Clone, Debug, Default)]
+pub struct DecryptOptions {
+    pub keylog_out: Option<PathBuf>,
+}
+
+pub use crate::core::event::DecryptInfo;
+
+pub struct LiveDecrypt {
+    secrets: RingBuf<MapData>,
+    packets: RingBuf<MapData>,
+    keys: keys::Keys,
+    uprobes: uprobes::Uprobes,
+    decryptors: Decryptors,
+    /// Selected flows → their kernel keys.
+    selected: HashMap<FlowId, FlowKey>,
+    /// The key generation the decryptors have.
+    pushed: u64,
+    /// Packets passed and frames figures handed to the model.
+    pub packets_read: u64,
+}
+
+impl LiveDecrypt {
+    pub fn start(probes: &mut Probes, opts: &DecryptOptions) -> Result<LiveDecrypt, ProbeError> {
+        if !cfg!(target_arch = "x86_64") {
+            return Err(ProbeError::Load("--decrypt reads Go's register ABI on x86_64 only".into()));
+        }
+        let keys = keys::Keys::new(opts.keylog_out.as_deref()).map_err(|e| {
+            ProbeError::Load(format!(
+                "--keylog-out {}: {e}",
+                opts.keylog_out.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+            ))
+        })?;
+        Ok(LiveDecrypt {
+            secrets: probes.take_secrets()?,
+            packets: probes.take_packets()?,
+            keys,
+            uprobes: Default::default(),
+            decryptors: Decryptors::new(Default::default()),
+            selected: HashMap::new(),
+            pushed: 0,
+            packets_read: 0,
+        })
+    }
+
+    /// Follows the watched processes; true when the probed set changed.
+    pub fn sync(&mut self, probes: &mut Probes, pids: &HashSet<u32>) -> bool {
+        let changed = self.uprobes.sync(probes, pids);
+        if changed {
+            for p in self.uprobes.procs() {
+                match &p.note {
+                    None => tracing::info!(
+                        "--decrypt: reading TLS secrets of pid {} ({}) at {}",
+                        p.pid,
+                        p.binary,
+                        p.functions.join(", ")
+                    ),
+                    Some(n) if p.functions.is_empty() => {
+                        tracing::info!("--decrypt: pid {} ({}) not probed: {n}", p.pid, p.binary)
+                    }
+                    Some(n) => tracing::info!("--decrypt: pid {} ({}): {n}", p.pid, p.binary),
+                }
+            }
+        }
+        changed
+    }
+
+    pub fn info(&self) -> DecryptInfo {
+        let processes = self.uprobes.procs();
+        let note = (!processes.iter().any(|p| !p.functions.is_empty())).then(|| {
+            if processes.is_empty() {
+                "no watched process yet: secrets are read from the watched Go servers".to_owned()
+            } else {
+                "no watched process is a Go server with crypto/tls: nothing can be decrypted (see each process's note)"
+                    .to_owned()
+            }
+        });
+        DecryptInfo {
+            processes,
+            keylog_out: self.keys.keylog_out().map(|p| p.display().to_string()),
+            handshakes: self.keys.handshakes,
+            selected: self.selected.len(),
+            note,
+        }
+    }
+
+    /// Reads the secrets and packets the kernel passed; returns the frame
+    /// figures that changed.
+    pub fn drain(&mut self, now: Mono, out: &mut Vec<Observation>) {
+        while let Some(item) = self.secrets.next() {
+            if item.len() >= std::mem::size_of::<TlsSecret>() {
+                // SAFETY: the kernel wrote a TlsSecret (repr(C), Pod) of this size.
+                let s: TlsSecret = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const TlsSecret) };
+                self.keys.add(Mono(s.ts_ns), &s);
+            }
+        }
+        if self.decryptors.waiting_for_keys() {
+            self.push_keys();
+        }
+        let mut packets = Vec::new();
+        while let Some(item) = self.packets.next() {
+            if item.len() >= std::mem::size_of::<FlowPacket>() {
+                // SAFETY: as above, a FlowPacket.
+                let p: FlowPacket = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const FlowPacket) };
+                packets.push(p);
+            }
+        }
+        for p in packets {
+            let flow = crate::sources::quic::flow_id(&p.key);
+            if !self.selected.contains_key(&flow) {
+                continue; // deselected meanwhile
+            }
+            let dir = if p.dir as usize == DIR_C2S { Dir::C2s } else { Dir::S2c };
+            let len = (p.caplen as usize).min(p.bytes.len());
+            self.packets_read += 1;
+            self.decryptors.datagram(Mono(p.ts_ns), 0, flow, dir, &p.bytes[..len]);
+        }
+        for (flow, state) in self.decryptors.changed() {
+            out.push(Observation::Frames { at: now, sample: Box::new(FrameSample { flow, state }) });
+        }
+    }
+
+    /// Hands the decryptors the secrets read so far, if they lack some. (A
+    /// copy: the decryptors' log is shared by their connections; this runs
+    /// only while a selected connection waits for its secrets.)
+    fn push_keys(&mut self) {
+        if self.keys.generation != self.pushed {
+            self.pushed = self.keys.generation;
+            self.decryptors.set_keys(Arc::new(self.keys.log().clone()));
+        }
+    }
+
+    /// Makes the kernel pass exactly the suspects' flows. A newly selected
+    /// flow's snips (its client's small packets after its last bulk) are read
+    /// first: a DATA_BLOCKED sent before anyone suspected it is there.
+    pub fn select(&mut self, probes: &mut Probes, suspects: &[Suspect], keys: &HashMap<FlowId, FlowKey>) {
+        let mut want: HashMap<FlowId, (FlowKey, Option<usize>)> = HashMap::new();
+        for s in suspects.iter().take(MAX_SELECTED_CONNS) {
+            for f in &s.flows {
+                if let Some(k) = keys.get(f) {
+                    want.insert(*f, (*k, s.cid_len));
+                }
+            }
+        }
+        let gone: Vec<FlowId> = self.selected.keys().filter(|f| !want.contains_key(f)).copied().collect();
+        for f in &gone {
+            if let Some(k) = self.selected.remove(f) {
+                probes.deselect_flow(&k);
+            }
+        }
+        self.decryptors.forget(&gone);
+        for (flow, (key, cid_len)) in want {
+            if self.selected.contains_key(&flow) {
+                continue;
+            }
+            if let Err(e) = probes.select_flow(&key) {
+                tracing::debug!("--decrypt: cannot select {flow:?}: {e}");
+                continue;
+            }
+            self.selected.insert(flow, key);
+            if let Some(l) = cid_len.and_then(|l| u8::try_from(l).ok()) {
+                self.decryptors.set_server_cid_len(flow.server, l);
+            }
+            self.push_keys();
+            if let Some(snips) = probes.snips(&key) {
+                let mut kept: Vec<usize> = (0..SNIPS).filter(|&i| snips.len[i] > 0).collect();
+                kept.sort_by_key(|&i| snips.ts_ns[i]);
+                for i in kept {
+                    let len = (snips.len[i] as usize).min(snips.bytes[i].len());
+                    self.packets_read += 1;
+                    self.decryptors.datagram(Mono(snips.ts_ns[i]), 0, flow, Dir::C2s, &snips.bytes[i][..len]);
+                }
+            }
+        }
+    }
+}
