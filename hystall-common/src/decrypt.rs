@@ -17,13 +17,13 @@ pub const MAX_SELECTED: u32 = 1024;
 /// Bytes a selected flow may pass per second (both directions).
 pub const SELECTED_BYTES_PER_SEC: u64 = 1 << 20;
 
-/// Small client packets kept after the last full-size one, per flow.
+/// Small client packets kept after the tail, per flow.
 pub const SNIPS: usize = 4;
 /// Largest client packet kept as a snip (an ACK with a DATA_BLOCKED frame is
 /// a few dozen bytes; a power of two, for the verifier's length mask).
 pub const SNIP_BYTES: usize = 128;
-/// Flows whose snips are kept (LRU).
-pub const MAX_SNIP_FLOWS: u32 = 16_384;
+/// Flows whose snips are kept (LRU; 2.6 KiB each).
+pub const MAX_SNIP_FLOWS: u32 = 8192;
 
 /// One packet of a selected flow.
 #[repr(C)]
@@ -45,10 +45,19 @@ pub struct Budget {
     pub bytes: u64,
 }
 
-/// The first small client packets after a flow's last full-size packet.
+/// What a flow's client sent last: where a DATA_BLOCKED is.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Snips {
+    /// The client's last packet larger than `SNIP_BYTES` (of a GSO/GRO batch,
+    /// its last segment): a client that runs out of credit puts its
+    /// DATA_BLOCKED in the packet with the last stream bytes it may send
+    /// (quic-go does), and sends nothing that large after it.
+    pub tail_ts_ns: u64,
+    pub tail_len: u32,
+    pub _pad: u32,
+    pub tail: [u8; PACKET_MAX],
+    /// The next small packets (ACKs, a later DATA_BLOCKED).
     pub ts_ns: [u64; SNIPS],
     pub len: [u32; SNIPS],
     pub bytes: [[u8; SNIP_BYTES]; SNIPS],

@@ -22,7 +22,7 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use hystall_common::{
-    AF_INET, AF_INET6, Budget, CLASS_FULL, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW,
+    AF_INET, AF_INET6, Budget, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW,
     MAX_FLOWS, MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, PACKET_MAX, PACKETS_RING_BYTES, SAMPLE_BYTES,
     SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, Snips, counter, crossed, size_class,
 };
@@ -174,11 +174,24 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     }
     if unsafe { core::ptr::read_volatile(&DECRYPT) } != 0 {
         if p.dir == DIR_C2S {
+            // The client's last packet that is not ack-sized, whole (for a
+            // GSO/GRO batch, its last segment: a sender that runs out of
+            // credit sends nothing more after the packet with its
+            // DATA_BLOCKED, which rides with its last stream bytes), then
+            // the small packets after it. quic-go sends in batches, and its
+            // sockets ask for UDP GRO, so this is about one copy per batch.
             let kept = unsafe { &mut (*stats).snips };
-            if class == CLASS_FULL {
+            if segs > 1 {
+                let tail = p.payload_len.saturating_sub((segs - 1).saturating_mul(seg_len));
+                if tail > 0 {
+                    snip(ctx, &p, p.payload_off as u32 + (segs - 1) * seg_len, now, None, tail);
+                }
                 *kept = 0;
-            } else if (*kept as usize) < SNIPS && seg_len as usize <= SNIP_BYTES {
-                snip(ctx, &p, now, *kept as usize, seg_len);
+            } else if seg_len as usize > SNIP_BYTES {
+                snip(ctx, &p, p.payload_off as u32, now, None, seg_len);
+                *kept = 0;
+            } else if (*kept as usize) < SNIPS {
+                snip(ctx, &p, p.payload_off as u32, now, Some(*kept as usize), seg_len);
                 *kept += 1;
             }
         }
@@ -187,9 +200,10 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     Ok(())
 }
 
-/// Keeps a small client packet in the flow's snip slot `i`.
+/// Keeps a client packet (at `off` in the skb) in the flow's tail slot
+/// (`slot` None) or small slot `slot`.
 #[inline(always)]
-fn snip(ctx: &TcContext, p: &Parsed, now: u64, i: usize, len: u32) {
+fn snip(ctx: &TcContext, p: &Parsed, off: u32, now: u64, slot: Option<usize>, len: u32) {
     let snips = match SNIPPED.get_ptr_mut(&p.key) {
         Some(s) => s,
         None => {
@@ -204,19 +218,31 @@ fn snip(ctx: &TcContext, p: &Parsed, now: u64, i: usize, len: u32) {
             }
         }
     };
-    let i = i & (SNIPS - 1);
     if len == 0 {
         return;
     }
-    let n = (((len as usize).min(SNIP_BYTES) - 1) & (SNIP_BYTES - 1)) + 1;
+    let skb = ctx.skb.skb as *const _;
     unsafe {
-        let Some(dst) = (*snips).bytes.get_mut(i) else { return };
-        if bpf_skb_load_bytes(ctx.skb.skb as *const _, p.payload_off as u32, dst.as_mut_ptr().cast(), n as u32) != 0 {
-            return;
-        }
-        if let (Some(t), Some(l)) = ((*snips).ts_ns.get_mut(i), (*snips).len.get_mut(i)) {
-            *t = now;
-            *l = n as u32;
+        match slot {
+            None => {
+                let n = (((len as usize).min(PACKET_MAX) - 1) & (PACKET_MAX - 1)) + 1;
+                if bpf_skb_load_bytes(skb, off, (*snips).tail.as_mut_ptr().cast(), n as u32) == 0 {
+                    (*snips).tail_ts_ns = now;
+                    (*snips).tail_len = n as u32;
+                }
+            }
+            Some(i) => {
+                let i = i & (SNIPS - 1);
+                let n = (((len as usize).min(SNIP_BYTES) - 1) & (SNIP_BYTES - 1)) + 1;
+                let Some(dst) = (*snips).bytes.get_mut(i) else { return };
+                if bpf_skb_load_bytes(skb, off, dst.as_mut_ptr().cast(), n as u32) != 0 {
+                    return;
+                }
+                if let (Some(t), Some(l)) = ((*snips).ts_ns.get_mut(i), (*snips).len.get_mut(i)) {
+                    *t = now;
+                    *l = n as u32;
+                }
+            }
         }
     }
 }

@@ -15,6 +15,9 @@ use super::verdict::Verdict;
 const RECENT_STOP: Duration = Duration::from_secs(120);
 /// ...and at least this long ago (a pause between two writes is not a stop).
 const STOPPED_FOR: Duration = Duration::from_millis(500);
+/// Client bytes a connection must have sent to count as having had bulk (a
+/// handshake's full-size Initial packets are not bulk).
+const BULK_BYTES: u64 = 1 << 20;
 
 /// A connection to read, with what decrypting its short headers needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +37,7 @@ pub fn suspects(m: &Model, now: Mono) -> Vec<Suspect> {
         if m.detector.get(c.id).is_some() {
             ranked.push((0, std::cmp::Reverse(now), c.id));
         } else if held
+            && c.c2s.total_bytes() >= BULK_BYTES
             && let Some(b) = c.last_bulk(Dir::C2s)
             && now.since(b) >= STOPPED_FOR
             && now.since(b) <= RECENT_STOP

@@ -46,8 +46,9 @@ pub struct LiveDecrypt {
     keys: keys::Keys,
     uprobes: uprobes::Uprobes,
     decryptors: Decryptors,
-    /// Selected flows → their kernel keys.
-    selected: HashMap<FlowId, FlowKey>,
+    /// Selected flows → their kernel keys, and the time of the last snip
+    /// read from each.
+    selected: HashMap<FlowId, (FlowKey, u64)>,
     /// The key generation the decryptors have.
     pushed: u64,
     /// Packets passed and frames figures handed to the model.
@@ -178,7 +179,7 @@ impl LiveDecrypt {
         }
         let gone: Vec<FlowId> = self.selected.keys().filter(|f| !want.contains_key(f)).copied().collect();
         for f in &gone {
-            if let Some(k) = self.selected.remove(f) {
+            if let Some((k, _)) = self.selected.remove(f) {
                 probes.deselect_flow(&k);
             }
         }
@@ -191,19 +192,29 @@ impl LiveDecrypt {
                 tracing::debug!("--decrypt: cannot select {flow:?}: {e}");
                 continue;
             }
-            self.selected.insert(flow, key);
+            self.selected.insert(flow, (key, 0));
+            tracing::debug!("--decrypt: reading {flow:?} (server CID length {cid_len:?})");
             if let Some(l) = cid_len.and_then(|l| u8::try_from(l).ok()) {
                 self.decryptors.set_server_cid_len(flow.server, l);
             }
             self.push_keys();
-            if let Some(snips) = probes.snips(&key) {
-                let mut kept: Vec<usize> = (0..SNIPS).filter(|&i| snips.len[i] > 0).collect();
-                kept.sort_by_key(|&i| snips.ts_ns[i]);
-                for i in kept {
-                    let len = (snips.len[i] as usize).min(snips.bytes[i].len());
-                    self.packets_read += 1;
-                    self.decryptors.datagram(Mono(snips.ts_ns[i]), 0, flow, Dir::C2s, &snips.bytes[i][..len]);
-                }
+        }
+        // Snips kept since the last look (a flow selected before its client
+        // ran out of credit gets its DATA_BLOCKED here: the classifier passes
+        // only the first segment of a batch, the DATA_BLOCKED is its last).
+        for (flow, (key, seen)) in self.selected.iter_mut() {
+            let Some(snips) = probes.snips(key) else { continue };
+            let mut fresh: Vec<(u64, &[u8])> = (0..SNIPS)
+                .map(|i| (snips.ts_ns[i], &snips.bytes[i][..(snips.len[i] as usize).min(snips.bytes[i].len())]))
+                .chain(std::iter::once((snips.tail_ts_ns, &snips.tail[..(snips.tail_len as usize).min(snips.tail.len())])))
+                .filter(|(ts, b)| !b.is_empty() && *ts > *seen)
+                .collect();
+            fresh.sort_by_key(|(ts, _)| *ts);
+            for (ts, bytes) in fresh {
+                tracing::debug!("--decrypt: {flow:?}: a {}-byte snip from {ts}", bytes.len());
+                *seen = ts;
+                self.packets_read += 1;
+                self.decryptors.datagram(Mono(ts), 0, *flow, Dir::C2s, bytes);
             }
         }
     }

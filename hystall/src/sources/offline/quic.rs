@@ -48,6 +48,8 @@ pub struct Decryptors {
     cid_lens: std::collections::BTreeSet<u8>,
     /// Server CID lengths seen per server endpoint (mid-capture connections).
     server_cid_len: HashMap<std::net::SocketAddr, u8>,
+    /// The same, told by the caller (live: from header samples).
+    given_cid_len: HashMap<std::net::SocketAddr, u8>,
     pub frame_errors: u64,
 }
 
@@ -60,6 +62,7 @@ impl Decryptors {
             by_cid: HashMap::new(),
             cid_lens: Default::default(),
             server_cid_len: HashMap::new(),
+            given_cid_len: HashMap::new(),
             frame_errors: 0,
         }
     }
@@ -98,6 +101,7 @@ impl Decryptors {
     /// elsewhere (live: from header samples; the handshake was not passed).
     pub fn set_server_cid_len(&mut self, server: std::net::SocketAddr, len: u8) {
         self.server_cid_len.insert(server, len);
+        self.given_cid_len.insert(server, len);
     }
 
     /// Forgets the connections of `flows` (live: no longer selected). Their
@@ -168,6 +172,9 @@ impl Decryptors {
                     if err.is_some() {
                         self.frame_errors += 1;
                     }
+                    if frames.iter().any(|f| matches!(f, Frame::DataBlocked { .. })) {
+                        tracing::debug!("{flow:?}: DATA_BLOCKED in a {}-byte datagram", d.len());
+                    }
                     let before = c.frames.stream_bytes[dir as usize];
                     for f in &frames {
                         record(c, at, dir, opened.space, f, &mut learned);
@@ -229,6 +236,11 @@ impl Decryptors {
                 let mut cid_len = [None, None];
                 if first & 0x80 == 0 {
                     cid_len[0] = self.server_cid_len.get(&flow.server).copied();
+                }
+                // Live, the length is known from elsewhere, and the first
+                // packet passed may be the client's last Handshake packet.
+                if let Some(&l) = self.given_cid_len.get(&flow.server) {
+                    cid_len[0] = Some(l);
                 }
                 self.conns.push(QConn {
                     orig_dcid: initial_dcid(d).map(<[u8]>::to_vec).unwrap_or_default(),
