@@ -17,13 +17,23 @@ pub const MAX_SELECTED: u32 = 1024;
 /// Bytes a selected flow may pass per second (both directions).
 pub const SELECTED_BYTES_PER_SEC: u64 = 1 << 20;
 
-/// Small client packets kept after the tail, per flow.
-pub const SNIPS: usize = 4;
+/// Small client packets kept after the tail, per flow: the first
+/// `SNIPS_FIRST` after it, then the latest ones in a ring (a DATA_BLOCKED may
+/// follow a few ACKs; ACKs and datagrams keep coming after it).
+pub const SNIPS: usize = 8;
+pub const SNIPS_FIRST: usize = 4;
 /// Largest client packet kept as a snip (an ACK with a DATA_BLOCKED frame is
 /// a few dozen bytes; a power of two, for the verifier's length mask).
 pub const SNIP_BYTES: usize = 128;
-/// Flows whose snips are kept (LRU; 2.6 KiB each).
-pub const MAX_SNIP_FLOWS: u32 = 8192;
+/// Flows whose snips are kept (LRU; 10.4 KiB each: 21 MiB).
+pub const MAX_SNIP_FLOWS: u32 = 2048;
+/// Large client packets kept per flow, a ring. Only those shorter than the
+/// flow's full size are kept: the packet with a DATA_BLOCKED carries what
+/// was left of the credit (or nothing), so it is short; retransmissions,
+/// which may follow it, are mostly full-size.
+pub const TAILS: usize = 6;
+/// Bytes of a large packet kept (QUIC's largest on common paths is 1452).
+pub const TAIL_BYTES: usize = 1536;
 
 /// One packet of a selected flow.
 #[repr(C)]
@@ -49,15 +59,17 @@ pub struct Budget {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Snips {
-    /// The client's last packet larger than `SNIP_BYTES` (of a GSO/GRO batch,
-    /// its last segment): a client that runs out of credit puts its
-    /// DATA_BLOCKED in the packet with the last stream bytes it may send
-    /// (quic-go does), and sends nothing that large after it.
-    pub tail_ts_ns: u64,
-    pub tail_len: u32,
+    /// The client's last packets larger than `SNIP_BYTES` but shorter than
+    /// its full size (of a GSO/GRO batch, a short last segment), a ring: a
+    /// client that runs out of credit puts its DATA_BLOCKED in the packet
+    /// with the last stream bytes it may send (quic-go does).
+    pub tail_ts_ns: [u64; TAILS],
+    pub tail_len: [u32; TAILS],
+    /// The slot the next large packet takes.
+    pub tail_next: u32,
     pub _pad: u32,
-    pub tail: [u8; PACKET_MAX],
-    /// The next small packets (ACKs, a later DATA_BLOCKED).
+    pub tails: [[u8; TAIL_BYTES]; TAILS],
+    /// The small packets after them (ACKs, datagrams, a DATA_BLOCKED alone).
     pub ts_ns: [u64; SNIPS],
     pub len: [u32; SNIPS],
     pub bytes: [[u8; SNIP_BYTES]; SNIPS],

@@ -24,7 +24,7 @@ use aya_ebpf::{
 use hystall_common::{
     AF_INET, AF_INET6, Budget, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW,
     MAX_FLOWS, MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, PACKET_MAX, PACKETS_RING_BYTES, SAMPLE_BYTES,
-    SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, Snips, counter, crossed, size_class,
+    SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_FIRST, Snips, TAIL_BYTES, TAILS, counter, crossed, size_class,
 };
 
 use crate::maps::{bump, mark, now_ns, wakeup};
@@ -174,26 +174,33 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     }
     if unsafe { core::ptr::read_volatile(&DECRYPT) } != 0 {
         if p.dir == DIR_C2S {
-            // The client's last packet that is not ack-sized, whole (for a
-            // GSO/GRO batch, its last segment: a sender that runs out of
-            // credit sends nothing more after the packet with its
-            // DATA_BLOCKED, which rides with its last stream bytes), then
-            // the small packets after it. quic-go sends in batches, and its
-            // sockets ask for UDP GRO, so this is about one copy per batch.
-            let kept = unsafe { &mut (*stats).snips };
-            if segs > 1 {
-                let tail = p.payload_len.saturating_sub((segs - 1).saturating_mul(seg_len));
-                if tail > 0 {
-                    snip(ctx, &p, p.payload_off as u32 + (segs - 1) * seg_len, now, None, tail);
+            // The client's last large packets that are shorter than its
+            // full size (of a GSO/GRO batch, a short last segment), whole,
+            // and the small packets after them: see `hystall_common::Snips`.
+            // Full-size packets (stream data, retransmissions) are not
+            // copied, so this costs a copy where a burst ends, not one per
+            // packet. `snips` holds the count of small packets since (low 16
+            // bits) and the largest segment seen (high 16 bits).
+            let st = unsafe { &mut (*stats).snips };
+            let full = (*st >> 16).max(seg_len.min(0xffff));
+            let kept = *st & 0xffff;
+            let last = if segs > 1 { p.payload_len.saturating_sub((segs - 1).saturating_mul(seg_len)) } else { seg_len };
+            let last_off = p.payload_off as u32 + (segs - 1) * seg_len;
+            let kept = if last as usize > SNIP_BYTES {
+                if last < full {
+                    snip(ctx, &p.key, last_off, now, u64::from(last));
                 }
-                *kept = 0;
-            } else if seg_len as usize > SNIP_BYTES {
-                snip(ctx, &p, p.payload_off as u32, now, None, seg_len);
-                *kept = 0;
-            } else if (*kept as usize) < SNIPS {
-                snip(ctx, &p, p.payload_off as u32, now, Some(*kept as usize), seg_len);
-                *kept += 1;
-            }
+                0
+            } else if last > 0 {
+                // The first few after the tail stay; later ones take turns.
+                let k = kept as usize;
+                let slot = if k < SNIPS_FIRST { k } else { SNIPS_FIRST + (k - SNIPS_FIRST) % (SNIPS - SNIPS_FIRST) };
+                snip(ctx, &p.key, last_off, now, ((slot as u64 + 1) << 32) | u64::from(last));
+                if kept < 0xffff { kept + 1 } else { SNIPS_FIRST as u32 }
+            } else {
+                kept
+            };
+            *st = (full << 16) | kept;
         }
         pass(ctx, &p, now, seg_len);
     }
@@ -201,18 +208,36 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
 }
 
 /// Keeps a client packet (at `off` in the skb) in the flow's tail slot
-/// (`slot` None) or small slot `slot`.
-#[inline(always)]
-fn snip(ctx: &TcContext, p: &Parsed, off: u32, now: u64, slot: Option<usize>, len: u32) {
-    let snips = match SNIPPED.get_ptr_mut(&p.key) {
+/// (`slot` None) or small slot `slot`. A subprogram of its own (not
+/// inlined): three call sites inlined into four programs overflow the
+/// verifier's budget.
+#[inline(never)]
+fn snip(ctx: &TcContext, key: &FlowKey, off: u32, now: u64, slot_len: u64) {
+    // (slot + 1) << 32 | len, slot 0 meaning the tail ring: BPF calls take
+    // at most five arguments.
+    let len = slot_len as u32;
+    let slot = match (slot_len >> 32) as usize {
+        0 => None,
+        s => Some(s - 1),
+    };
+    let snips = match SNIPPED.get_ptr_mut(key) {
         Some(s) => s,
         None => {
             let Some(scratch) = SNIP_SCRATCH.get_ptr_mut(0) else { return };
-            unsafe { core::ptr::write_bytes(scratch, 0, 1) };
-            if SNIPPED.insert(&p.key, unsafe { &*scratch }, 0).is_err() {
+            // Only the lengths and times: zeroing 10 KiB of bytes would be a
+            // thousand stores on every path the verifier walks (and a slot
+            // whose length is zero is never read).
+            unsafe {
+                (*scratch).tail_ts_ns = [0; TAILS];
+                (*scratch).tail_len = [0; TAILS];
+                (*scratch).tail_next = 0;
+                (*scratch).ts_ns = [0; SNIPS];
+                (*scratch).len = [0; SNIPS];
+            }
+            if SNIPPED.insert(key, unsafe { &*scratch }, 0).is_err() {
                 return;
             }
-            match SNIPPED.get_ptr_mut(&p.key) {
+            match SNIPPED.get_ptr_mut(key) {
                 Some(s) => s,
                 None => return,
             }
@@ -225,10 +250,20 @@ fn snip(ctx: &TcContext, p: &Parsed, off: u32, now: u64, slot: Option<usize>, le
     unsafe {
         match slot {
             None => {
-                let n = (((len as usize).min(PACKET_MAX) - 1) & (PACKET_MAX - 1)) + 1;
-                if bpf_skb_load_bytes(skb, off, (*snips).tail.as_mut_ptr().cast(), n as u32) == 0 {
-                    (*snips).tail_ts_ns = now;
-                    (*snips).tail_len = n as u32;
+                // 1..=TAIL_BYTES, shown to the verifier with a mask: it
+                // proves 1..=2048, and the last slot's 2048 bytes still end
+                // inside the map value (the small slots follow).
+                let n = (((len as usize).min(TAIL_BYTES) - 1) & (PACKET_MAX - 1)) + 1;
+                // Bounds the verifier can follow (it does not track `%`).
+                let i = (*snips).tail_next as usize;
+                let i = if i < TAILS { i } else { 0 };
+                let Some(dst) = (*snips).tails.get_mut(i) else { return };
+                if bpf_skb_load_bytes(skb, off, dst.as_mut_ptr().cast(), n as u32) == 0
+                    && let (Some(t), Some(l)) = ((*snips).tail_ts_ns.get_mut(i), (*snips).tail_len.get_mut(i))
+                {
+                    *t = now;
+                    *l = n as u32;
+                    (*snips).tail_next = if i + 1 < TAILS { i as u32 + 1 } else { 0 };
                 }
             }
             Some(i) => {

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use aya::maps::{MapData, RingBuf};
-use hystall_common::{DIR_C2S, FlowKey, FlowPacket, SNIPS, TlsSecret};
+use hystall_common::{DIR_C2S, FlowKey, FlowPacket, SNIP_BYTES, SNIPS, TAIL_BYTES, TAILS, TlsSecret};
 
 use crate::core::flows::{Dir, FlowId};
 use crate::core::frames::FrameSample;
@@ -29,9 +29,6 @@ use crate::core::time::Mono;
 use crate::sources::offline::quic::Decryptors;
 use crate::sources::probes::{ProbeError, Probes};
 
-/// Connections whose packets are passed at once.
-pub const MAX_SELECTED_CONNS: usize = 64;
-
 /// `--decrypt` and `--keylog-out FILE`.
 #[derive(Clone, Debug, Default)]
 pub struct DecryptOptions {
@@ -40,15 +37,21 @@ pub struct DecryptOptions {
 
 pub use crate::core::event::DecryptInfo;
 
+struct Reading {
+    key: FlowKey,
+    seen: u64,
+    passed: bool,
+}
+
 pub struct LiveDecrypt {
     secrets: RingBuf<MapData>,
     packets: RingBuf<MapData>,
     keys: keys::Keys,
     uprobes: uprobes::Uprobes,
     decryptors: Decryptors,
-    /// Selected flows → their kernel keys, and the time of the last snip
-    /// read from each.
-    selected: HashMap<FlowId, (FlowKey, u64)>,
+    /// Flows read: their kernel keys, the time of the last snip read, and
+    /// whether the kernel passes their packets.
+    selected: HashMap<FlowId, Reading>,
     /// The key generation the decryptors have.
     pushed: u64,
     /// Packets passed and frames figures handed to the model.
@@ -114,7 +117,7 @@ impl LiveDecrypt {
             processes,
             keylog_out: self.keys.keylog_out().map(|p| p.display().to_string()),
             handshakes: self.keys.handshakes,
-            selected: self.selected.len(),
+            selected: self.selected.values().filter(|r| r.passed).count(),
             note,
         }
     }
@@ -142,8 +145,8 @@ impl LiveDecrypt {
         }
         for p in packets {
             let flow = crate::sources::quic::flow_id(&p.key);
-            if !self.selected.contains_key(&flow) {
-                continue; // deselected meanwhile
+            if !self.selected.get(&flow).is_some_and(|r| r.passed) {
+                continue; // no longer passed
             }
             let dir = if p.dir as usize == DIR_C2S { Dir::C2s } else { Dir::S2c };
             let len = (p.caplen as usize).min(p.bytes.len());
@@ -165,50 +168,62 @@ impl LiveDecrypt {
         }
     }
 
-    /// Makes the kernel pass exactly the suspects' flows. A newly selected
-    /// flow's snips (its client's small packets after its last bulk) are read
-    /// first: a DATA_BLOCKED sent before anyone suspected it is there.
+    /// Reads the suspects' flows: the snips of all, the packets of those to
+    /// pass (`Suspect::pass`; the kernel passes exactly those).
     pub fn select(&mut self, probes: &mut Probes, suspects: &[Suspect], keys: &HashMap<FlowId, FlowKey>) {
-        let mut want: HashMap<FlowId, (FlowKey, Option<usize>)> = HashMap::new();
-        for s in suspects.iter().take(MAX_SELECTED_CONNS) {
+        let mut want: HashMap<FlowId, (FlowKey, Option<usize>, bool)> = HashMap::new();
+        for s in suspects {
             for f in &s.flows {
                 if let Some(k) = keys.get(f) {
-                    want.insert(*f, (*k, s.cid_len));
+                    want.insert(*f, (*k, s.cid_len, s.pass));
                 }
             }
         }
         let gone: Vec<FlowId> = self.selected.keys().filter(|f| !want.contains_key(f)).copied().collect();
         for f in &gone {
-            if let Some((k, _)) = self.selected.remove(f) {
-                probes.deselect_flow(&k);
+            if let Some(r) = self.selected.remove(f)
+                && r.passed
+            {
+                probes.deselect_flow(&r.key);
             }
         }
         self.decryptors.forget(&gone);
-        for (flow, (key, cid_len)) in want {
-            if self.selected.contains_key(&flow) {
-                continue;
+        let mut added = false;
+        for (flow, (key, cid_len, pass)) in want {
+            let r = match self.selected.get_mut(&flow) {
+                Some(r) => r,
+                None => {
+                    added = true;
+                    tracing::debug!("--decrypt: reading {flow:?} (server CID length {cid_len:?}, passed: {pass})");
+                    if let Some(l) = cid_len.and_then(|l| u8::try_from(l).ok()) {
+                        self.decryptors.set_server_cid_len(flow.server, l);
+                    }
+                    self.selected.entry(flow).or_insert(Reading { key, seen: 0, passed: false })
+                }
+            };
+            if r.passed != pass {
+                let done = if pass { probes.select_flow(&r.key).map_err(|e| e.to_string()) } else {
+                    probes.deselect_flow(&r.key);
+                    Ok(())
+                };
+                match done {
+                    Ok(()) => r.passed = pass,
+                    Err(e) => tracing::debug!("--decrypt: cannot pass {flow:?}: {e}"),
+                }
             }
-            if let Err(e) = probes.select_flow(&key) {
-                tracing::debug!("--decrypt: cannot select {flow:?}: {e}");
-                continue;
-            }
-            self.selected.insert(flow, (key, 0));
-            tracing::debug!("--decrypt: reading {flow:?} (server CID length {cid_len:?})");
-            if let Some(l) = cid_len.and_then(|l| u8::try_from(l).ok()) {
-                self.decryptors.set_server_cid_len(flow.server, l);
-            }
+        }
+        if added || self.decryptors.waiting_for_keys() {
             self.push_keys();
         }
         // Snips kept since the last look (a flow selected before its client
         // ran out of credit gets its DATA_BLOCKED here: the classifier passes
         // only the first segment of a batch, the DATA_BLOCKED is its last).
-        for (flow, (key, seen)) in self.selected.iter_mut() {
+        for (flow, Reading { key, seen, .. }) in self.selected.iter_mut() {
             let Some(snips) = probes.snips(key) else { continue };
-            let mut fresh: Vec<(u64, &[u8])> = (0..SNIPS)
-                .map(|i| (snips.ts_ns[i], &snips.bytes[i][..(snips.len[i] as usize).min(snips.bytes[i].len())]))
-                .chain(std::iter::once((snips.tail_ts_ns, &snips.tail[..(snips.tail_len as usize).min(snips.tail.len())])))
-                .filter(|(ts, b)| !b.is_empty() && *ts > *seen)
-                .collect();
+            let small = (0..SNIPS).map(|i| (snips.ts_ns[i], &snips.bytes[i][..(snips.len[i] as usize).min(SNIP_BYTES)]));
+            let tails =
+                (0..TAILS).map(|i| (snips.tail_ts_ns[i], &snips.tails[i][..(snips.tail_len[i] as usize).min(TAIL_BYTES)]));
+            let mut fresh: Vec<(u64, &[u8])> = small.chain(tails).filter(|(ts, b)| !b.is_empty() && *ts > *seen).collect();
             fresh.sort_by_key(|(ts, _)| *ts);
             for (ts, bytes) in fresh {
                 tracing::debug!("--decrypt: {flow:?}: a {}-byte snip from {ts}", bytes.len());
