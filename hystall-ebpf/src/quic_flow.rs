@@ -180,9 +180,12 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
             // Full-size packets (stream data, retransmissions) are not
             // copied, so this costs a copy where a burst ends, not one per
             // packet. `snips` holds the count of small packets since (low 16
-            // bits) and the largest segment seen (high 16 bits).
+            // bits) and the client's full size (high 16 bits).
             let st = unsafe { &mut (*stats).snips };
-            let full = (*st >> 16).max(seg_len.min(0xffff));
+            // Full size: the segment size of the client's last batch (not the
+            // largest packet: quic-go's path-MTU probes are larger), else the
+            // largest single packet.
+            let full = if segs > 1 { seg_len.min(0xffff) } else { (*st >> 16).max(seg_len.min(0xffff)) };
             let kept = *st & 0xffff;
             let last = if segs > 1 { p.payload_len.saturating_sub((segs - 1).saturating_mul(seg_len)) } else { seg_len };
             let last_off = p.payload_off as u32 + (segs - 1) * seg_len;
