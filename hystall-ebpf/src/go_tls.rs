@@ -8,9 +8,7 @@
 //! 1.3 secret whether or not a key log writer is set (it checks that itself).
 //! amd64 only: user space refuses `--decrypt` on other architectures.
 
-use aya_ebpf::{
-    helpers::bpf_probe_read_user_buf, macros::map, macros::uprobe, maps::RingBuf, programs::ProbeContext,
-};
+use aya_ebpf::{helpers::bpf_probe_read_user_buf, macros::map, macros::uprobe, maps::RingBuf, programs::ProbeContext};
 use hystall_common::{CLIENT_RANDOM_LEN, SECRET_LABEL_MAX, SECRET_MAX, SECRETS_RING_BYTES, TlsSecret, counter};
 
 use crate::maps::{bump, current_ids, now_ns, wakeup};

@@ -22,9 +22,9 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use hystall_common::{
-    AF_INET, AF_INET6, Budget, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW,
-    MAX_FLOWS, MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, PACKET_MAX, PACKETS_RING_BYTES, SAMPLE_BYTES,
-    SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_FIRST, Snips, TAIL_BYTES, TAILS, counter, crossed, size_class,
+    AF_INET, AF_INET6, Budget, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW, MAX_FLOWS,
+    MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, PACKET_MAX, PACKETS_RING_BYTES, SAMPLE_BYTES, SAMPLES_RING_BYTES,
+    SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_FIRST, Snips, TAIL_BYTES, TAILS, counter, crossed, size_class,
 };
 
 use crate::maps::{bump, mark, now_ns, wakeup};
@@ -187,7 +187,8 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
             // largest single packet.
             let full = if segs > 1 { seg_len.min(0xffff) } else { (*st >> 16).max(seg_len.min(0xffff)) };
             let kept = *st & 0xffff;
-            let last = if segs > 1 { p.payload_len.saturating_sub((segs - 1).saturating_mul(seg_len)) } else { seg_len };
+            let last =
+                if segs > 1 { p.payload_len.saturating_sub((segs - 1).saturating_mul(seg_len)) } else { seg_len };
             let last_off = p.payload_off as u32 + (segs - 1) * seg_len;
             let kept = if last as usize > SNIP_BYTES {
                 if last < full {

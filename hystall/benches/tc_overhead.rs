@@ -98,7 +98,8 @@ impl Mode {
             Mode::InSet => ours.clone(),
             Mode::NotInSet => HashSet::from([OTHER_PORT]),
         };
-        let mut probes = Probes::load(&ProbeConfig { filter_pids: true, ..Default::default() }).map_err(|e| e.to_string())?;
+        let mut probes =
+            Probes::load(&ProbeConfig { filter_pids: true, ..Default::default() }).map_err(|e| e.to_string())?;
         probes.set_pids(&HashSet::from([OTHER_PID])).map_err(|e| e.to_string())?;
         let lo = Iface::by_name("lo").ok_or("no interface lo")?;
         let status = probes.attach_quic(&[lo], &watched).map_err(|e| e.to_string())?;

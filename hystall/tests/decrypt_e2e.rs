@@ -55,7 +55,9 @@ fn start_server_with(w: &mut Proc, opts: Options) -> SingBox {
     let deadline = Instant::now() + Duration::from_secs(10);
     while let Some(e) = w.next_json(deadline) {
         if e["event"] == "decrypt_changed"
-            && e["processes"].as_array().is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid && !p["functions"].as_array().unwrap().is_empty()))
+            && e["processes"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid && !p["functions"].as_array().unwrap().is_empty()))
         {
             return sb;
         }
@@ -64,7 +66,13 @@ fn start_server_with(w: &mut Proc, opts: Options) -> SingBox {
 }
 
 /// Uploads from client `i` of `sb` into `target`, `n` at once.
-fn uploads(sb: &SingBox, i: usize, target: &TcpTarget, n: usize, stop: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<u64>> {
+fn uploads(
+    sb: &SingBox,
+    i: usize,
+    target: &TcpTarget,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<u64>> {
     (0..n).map(|_| singbox::upload_via(sb.socks_of(i), target.addr(), stop.clone())).collect()
 }
 
@@ -81,6 +89,41 @@ fn keep_alive(sb: &SingBox, i: usize, stop: &Arc<AtomicBool>) -> std::thread::Jo
         }
         ok
     })
+}
+
+/// `kernel.bpf_stats_enabled` on for a run, restored on drop.
+struct BpfStats(Option<String>);
+
+impl BpfStats {
+    fn enable() -> BpfStats {
+        const P: &str = "/proc/sys/kernel/bpf_stats_enabled";
+        let old = std::fs::read_to_string(P).ok();
+        let _ = std::fs::write(P, "1");
+        BpfStats(old)
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        if let Some(old) = &self.0 {
+            let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", old.trim());
+        }
+    }
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Prints ns per run of the programs `--decrypt` adds or changes.
+fn print_costs(m: &std::collections::HashMap<String, f64>) {
+    for prog in ["go_tls_keylog", "quic_ingress", "quic_egress"] {
+        let get = |name: &str| m.get(&format!("{name}{{program=\"{prog}\"}}")).copied().unwrap_or(0.0);
+        let (secs, runs) = (get("hystall_probe_run_time_seconds_total"), get("hystall_probe_run_count_total"));
+        if runs > 0.0 {
+            eprintln!("--decrypt cost: {prog}: {:.0} ns per run over {runs} runs", secs * 1e9 / runs);
+        }
+    }
 }
 
 /// tcpdump writing a file; stopped (SIGINT, flushed) on drop.
@@ -119,7 +162,12 @@ fn four_stalled_uploads_are_confirmed_from_live_frames() {
     let dir = tmpdir("stall");
     let keys = dir.join("keys.log");
     let port = 23100;
-    let mut w = watch(port, &["--keylog-out", keys.to_str().unwrap()]);
+    // The cost figures (docs/PERFORMANCE.md): BPF run-time statistics on for
+    // the run, read back from the metrics endpoint.
+    let stats = BpfStats::enable();
+    let metrics = free_tcp_port();
+    let maddr = format!("127.0.0.1:{metrics}");
+    let mut w = watch(port, &["--keylog-out", keys.to_str().unwrap(), "--metrics", &maddr]);
     let target = TcpTarget::spawn(Behaviour::Stall).expect("target");
     let capture = dir.join("run.pcap");
     let dump = Tcpdump::start(&capture, &format!("udp port {port} or tcp port {}", target.addr().port()));
@@ -132,6 +180,8 @@ fn four_stalled_uploads_are_confirmed_from_live_frames() {
     events.extend(w.collect_until(Instant::now() + Duration::from_secs(12)));
     // The truth, from the client: a new request through its tunnel fails.
     let truth = singbox::probe_new_stream(sb.socks_of(client), sb.echo.addr(), Duration::from_secs(2));
+    print_costs(&common::scrape::scrape(metrics));
+    drop(stats);
     stop.store(true, Ordering::SeqCst);
     let datagrams = alive.join().unwrap();
     assert!(!truth, "the client is starved: a new request must fail");
@@ -204,8 +254,10 @@ fn run(port: u16, opts: Options, clients: &[(Behaviour, usize)], secs: u64) -> (
     }
     let mut events: Vec<Value> = w.seen.iter().filter_map(|l| serde_json::from_str(l).ok()).collect();
     events.extend(w.collect_until(Instant::now() + Duration::from_secs(secs)));
-    let truth: Vec<bool> =
-        idx.iter().map(|&i| singbox::probe_new_stream(sb.socks_of(i), sb.echo.addr(), Duration::from_secs(2))).collect();
+    let truth: Vec<bool> = idx
+        .iter()
+        .map(|&i| singbox::probe_new_stream(sb.socks_of(i), sb.echo.addr(), Duration::from_secs(2)))
+        .collect();
     stop.store(true, Ordering::SeqCst);
     for u in ups {
         let _ = u.join();
@@ -264,9 +316,14 @@ fn of_two_clients_only_the_one_with_enough_stalled_uploads_is_confirmed() {
     let starved = client_addrs(sb.client_pid_of(0));
     let healthy = client_addrs(sb.client_pid_of(1));
     let confirmed = confirmed_clients(&events);
-    assert!(!confirmed.is_empty() && confirmed.is_subset(&starved), "confirmed {confirmed:?}, starved client {starved:?}");
-    let wrong: Vec<&Value> =
-        named(&events, "quic_starved").into_iter().filter(|e| e["client"].as_str().is_some_and(|c| healthy.contains(c))).collect();
+    assert!(
+        !confirmed.is_empty() && confirmed.is_subset(&starved),
+        "confirmed {confirmed:?}, starved client {starved:?}"
+    );
+    let wrong: Vec<&Value> = named(&events, "quic_starved")
+        .into_iter()
+        .filter(|e| e["client"].as_str().is_some_and(|c| healthy.contains(c)))
+        .collect();
     assert!(wrong.is_empty(), "the healthy client is flagged: {wrong:#?}");
 }
 

@@ -142,6 +142,7 @@ pub fn checks() -> Vec<Check> {
                         check("ring buffer", Status::Missing, e.to_string(), Some("Linux 5.8 or later is needed"))
                     }
                 });
+                out.extend(decrypt_checks(&mut p));
             }
             Err(e) => out.push(check("programs", Status::Missing, e.to_string(), None)),
         }
@@ -229,6 +230,63 @@ fn quic_servers_check() -> Check {
         ),
         Some(note) => check(NAME, Status::Degraded, format!("{who}: {note}"), advice),
     }
+}
+
+/// `--decrypt`: uprobes work, and what the key-log uprobe would read in the
+/// known proxies running now (each one's Go symbol table is read, and the
+/// uprobe attached and detached).
+fn decrypt_checks(p: &mut Probes) -> Vec<Check> {
+    use crate::sources::{decrypt::uprobes::Uprobes, procs};
+    const NAME: &str = "--decrypt";
+    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+        return vec![check(
+            NAME,
+            Status::Degraded,
+            "uprobes are not available (CONFIG_UPROBES): --decrypt cannot read TLS secrets",
+            None,
+        )];
+    }
+    let pids = match procs::Mode::from_selection(&[], &[], &[]) {
+        Ok(m @ procs::Mode::Detected { .. }) => m.resolve(),
+        _ => {
+            return vec![check(
+                NAME,
+                Status::Ok,
+                "uprobes available; no known proxy is running to read secrets from (selected Go servers are probed when they run)",
+                None,
+            )];
+        }
+    };
+    let mut probes = Uprobes::default();
+    probes.sync(p, &pids);
+    let out = probes
+        .procs()
+        .into_iter()
+        .map(|pr| {
+            let name = format!("{NAME} pid {}", pr.pid);
+            match (&pr.note, pr.functions.is_empty()) {
+                (None, false) => check(
+                    &name,
+                    Status::Ok,
+                    format!(
+                        "{} ({}): TLS secrets at {}; suspect connections' frames can be read live",
+                        pr.binary,
+                        pr.go_version.as_deref().unwrap_or("Go"),
+                        pr.functions.join(", ")
+                    ),
+                    None,
+                ),
+                (note, _) => check(
+                    &name,
+                    Status::Degraded,
+                    format!("{}: {}", pr.binary, note.as_deref().unwrap_or("not probed")),
+                    Some("verdicts stay inferred (likely); a Clash or Hysteria API confirms them"),
+                ),
+            }
+        })
+        .collect();
+    probes.sync(p, &Default::default());
+    out
 }
 
 /// One line per capability `watch` and `--enforce` need: held or missing, and why.

@@ -273,6 +273,7 @@ fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
         evicted: 0,
         mode: format!("replay +{pos:.1}s {state} ({})", &clock.rfc3339(at)[..19]),
         refresh_ms,
+        decrypt: None,
     }
 }
 
@@ -300,6 +301,10 @@ fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Hea
         evicted: p.evicted(),
         mode: p.mode(),
         refresh_ms,
+        decrypt: p.live.decrypt_info().map(|d| {
+            let read = d.processes.iter().filter(|p| !p.functions.is_empty()).count();
+            format!("{read} server(s), {} handshakes, {} read", d.handshakes, d.selected)
+        }),
     }
 }
 

@@ -55,6 +55,10 @@ pub fn draw(f: &mut Frame, area: Rect, h: &Header, c: &Counts, paused: bool, the
         l2.push(Span::styled("  evicted ", theme.label()));
         l2.push(Span::styled(h.evicted.to_string(), theme.bad()));
     }
+    if let Some(d) = &h.decrypt {
+        l2.push(Span::styled("  decrypt ", theme.label()));
+        l2.push(Span::raw(d.clone()));
+    }
     l2.push(Span::styled(format!("  refresh {}ms", h.refresh_ms), theme.dim()));
 
     let mut l3 = vec![Span::styled("QUIC ", theme.label())];

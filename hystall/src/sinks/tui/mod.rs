@@ -70,6 +70,8 @@ pub struct Header {
     /// "observe", "enforce 10s", "dry-run 10s"
     pub mode: String,
     pub refresh_ms: u64,
+    /// `--decrypt`: one line of what is read (None without it).
+    pub decrypt: Option<String>,
 }
 
 impl Default for Header {
@@ -87,6 +89,7 @@ impl Default for Header {
             evicted: 0,
             mode: "observe".into(),
             refresh_ms: 1000,
+            decrypt: None,
         }
     }
 }

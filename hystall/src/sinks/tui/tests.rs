@@ -40,6 +40,7 @@ fn header() -> Header {
         evicted: 0,
         mode: "observe".into(),
         refresh_ms: 1000,
+        decrypt: None,
     }
 }
 
@@ -389,4 +390,14 @@ fn lost_events_and_evicted_map_entries_show_in_the_header() {
     n.tui.set_header(Header { events_lost: 3, evicted: 14_592, ..header() });
     let text = format!("{}", n.draw(160, 20, T0).backend());
     assert!(text.contains("lost 3") && text.contains("evicted 14592"), "{text}");
+}
+
+#[test]
+fn decrypt_shows_in_the_header_only_when_on() {
+    let mut n = Node::new();
+    let quiet = format!("{}", n.draw(200, 20, T0).backend());
+    assert!(!quiet.contains("decrypt"), "{quiet}");
+    n.tui.set_header(Header { decrypt: Some("1 server(s), 3 handshakes, 1 read".into()), ..header() });
+    let text = format!("{}", n.draw(200, 20, T0).backend());
+    assert!(text.contains("decrypt 1 server(s), 3 handshakes, 1 read"), "{text}");
 }

@@ -173,7 +173,10 @@ mod tests {
         assert!(k.log().get(&[9; 32]).is_some_and(|s| s.client_app.is_some()));
         assert_eq!(k.generation, 4);
         // Old handshakes go.
-        k.add(Mono(2) .0.checked_add(KEEP_FOR.as_nanos() as u64 + 10).map(Mono).unwrap(), &record("CLIENT_TRAFFIC_SECRET_0", 11, 32));
+        k.add(
+            Mono(2).0.checked_add(KEEP_FOR.as_nanos() as u64 + 10).map(Mono).unwrap(),
+            &record("CLIENT_TRAFFIC_SECRET_0", 11, 32),
+        );
         assert!(k.log().get(&[9; 32]).is_none() && k.log().get(&[11; 32]).is_some());
 
         let dir = std::env::temp_dir().join(format!("hystall-keys-{}", std::process::id()));

@@ -202,7 +202,9 @@ impl LiveDecrypt {
                 }
             };
             if r.passed != pass {
-                let done = if pass { probes.select_flow(&r.key).map_err(|e| e.to_string()) } else {
+                let done = if pass {
+                    probes.select_flow(&r.key).map_err(|e| e.to_string())
+                } else {
                     probes.deselect_flow(&r.key);
                     Ok(())
                 };
@@ -220,10 +222,12 @@ impl LiveDecrypt {
         // only the first segment of a batch, the DATA_BLOCKED is its last).
         for (flow, Reading { key, seen, .. }) in self.selected.iter_mut() {
             let Some(snips) = probes.snips(key) else { continue };
-            let small = (0..SNIPS).map(|i| (snips.ts_ns[i], &snips.bytes[i][..(snips.len[i] as usize).min(SNIP_BYTES)]));
-            let tails =
-                (0..TAILS).map(|i| (snips.tail_ts_ns[i], &snips.tails[i][..(snips.tail_len[i] as usize).min(TAIL_BYTES)]));
-            let mut fresh: Vec<(u64, &[u8])> = small.chain(tails).filter(|(ts, b)| !b.is_empty() && *ts > *seen).collect();
+            let small =
+                (0..SNIPS).map(|i| (snips.ts_ns[i], &snips.bytes[i][..(snips.len[i] as usize).min(SNIP_BYTES)]));
+            let tails = (0..TAILS)
+                .map(|i| (snips.tail_ts_ns[i], &snips.tails[i][..(snips.tail_len[i] as usize).min(TAIL_BYTES)]));
+            let mut fresh: Vec<(u64, &[u8])> =
+                small.chain(tails).filter(|(ts, b)| !b.is_empty() && *ts > *seen).collect();
             fresh.sort_by_key(|(ts, _)| *ts);
             for (ts, bytes) in fresh {
                 tracing::debug!("--decrypt: {flow:?}: a {}-byte snip from {ts}", bytes.len());

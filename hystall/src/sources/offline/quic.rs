@@ -172,9 +172,6 @@ impl Decryptors {
                     if err.is_some() {
                         self.frame_errors += 1;
                     }
-                    if frames.iter().any(|f| matches!(f, Frame::DataBlocked { .. })) {
-                        tracing::debug!("{flow:?}: DATA_BLOCKED in a {}-byte datagram", d.len());
-                    }
                     let before = c.frames.stream_bytes[dir as usize];
                     for f in &frames {
                         record(c, at, dir, opened.space, f, &mut learned);

@@ -18,7 +18,9 @@ use std::path::Path;
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, TracePoint, UProbe, uprobe::UProbeAttachLocation, uprobe::UProbeLinkId, uprobe::UProbeScope},
+    programs::{
+        BtfTracePoint, TracePoint, UProbe, uprobe::UProbeAttachLocation, uprobe::UProbeLinkId, uprobe::UProbeScope,
+    },
 };
 use hystall_common::{Budget, FlowKey, FlowStats, SendSyscalls, Snips, SockStats, TpOffsets, counter};
 use thiserror::Error;
@@ -276,14 +278,14 @@ impl Probes {
     /// kernel can open, e.g. `/proc/PID/exe`) at file offset `offset`, for
     /// process `pid` only. Loads the program the first time.
     pub fn attach_keylog(&mut self, pid: u32, binary: &Path, offset: u64) -> Result<UProbeLinkId, ProbeError> {
-        let prog = self.ebpf.program_mut(KEYLOG_PROG).ok_or_else(|| ProbeError::Load(format!("{KEYLOG_PROG} missing")))?;
+        let prog =
+            self.ebpf.program_mut(KEYLOG_PROG).ok_or_else(|| ProbeError::Load(format!("{KEYLOG_PROG} missing")))?;
         let p: &mut UProbe = prog.try_into().map_err(|e| ProbeError::Load(format!("{KEYLOG_PROG}: {e}")))?;
         if p.fd().is_err() {
             p.load().map_err(|e| ProbeError::Load(format!("load uprobe {KEYLOG_PROG}: {}", chain(&e))))?;
         }
-        let scope = UProbeScope::OneProcess(
-            std::num::NonZeroU32::new(pid).ok_or_else(|| ProbeError::Load("pid 0".into()))?,
-        );
+        let scope =
+            UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).ok_or_else(|| ProbeError::Load("pid 0".into()))?);
         p.attach(UProbeAttachLocation::AbsoluteOffset(offset), binary, scope)
             .map_err(|e| ProbeError::Load(format!("uprobe on {} at {offset:#x}: {}", binary.display(), chain(&e))))
     }
