@@ -357,3 +357,44 @@ fn the_built_in_lab_is_not_go_and_says_so() {
     let starved = named(&events, "quic_starved");
     assert!(starved.iter().any(|e| e["confidence"] == "likely"), "{events:#?}");
 }
+
+#[test]
+fn an_idle_client_beside_a_starved_one_is_never_flagged() {
+    let test = "an_idle_client_beside_a_starved_one_is_never_flagged";
+    let Some(_g) = root_or_skip(test) else { return };
+    if !singbox::sing_box_or_skip(test) {
+        return;
+    }
+    // The second client uploads nothing: only datagrams through its tunnel.
+    let (events, truth, sb) = run(23106, Options::default(), &[(Behaviour::Stall, 4), (Behaviour::Fast, 0)], 12);
+    assert_eq!(truth, vec![false, true]);
+    let idle = client_addrs(sb.client_pid_of(1));
+    let starved = client_addrs(sb.client_pid_of(0));
+    let confirmed = confirmed_clients(&events);
+    assert!(!confirmed.is_empty() && confirmed.is_subset(&starved), "confirmed {confirmed:?}, starved {starved:?}");
+    let wrong: Vec<&Value> = named(&events, "quic_starved")
+        .into_iter()
+        .filter(|e| e["client"].as_str().is_some_and(|c| idle.contains(c)))
+        .collect();
+    assert!(wrong.is_empty(), "the idle client is flagged: {wrong:#?}");
+}
+
+#[test]
+fn salamander_connections_are_not_read_and_say_so() {
+    let test = "salamander_connections_are_not_read_and_say_so";
+    let Some(_g) = root_or_skip(test) else { return };
+    if !singbox::sing_box_or_skip(test) {
+        return;
+    }
+    // Salamander hides the QUIC packets under a key from the server's config,
+    // not from TLS: the secrets are read, the packets cannot be opened, and
+    // the connection is never read (its verdict stays inferred).
+    let opts = Options { obfs: Some("hystall-salamander".into()), ..Default::default() };
+    let (events, truth, _sb) = run(23107, opts, &[(Behaviour::Stall, 4)], 12);
+    assert_eq!(truth, vec![false]);
+    for e in named(&events, "quic_starved") {
+        assert_eq!(e["obfuscated"], true, "{e}");
+        assert_ne!(e["confidence"], "confirmed", "no frames are read under Salamander: {e}");
+        assert!(e["evidence"]["frames"].is_null(), "{e}");
+    }
+}

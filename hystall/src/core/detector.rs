@@ -344,7 +344,15 @@ fn info(
             }
         })
         .collect();
-    let comm = st.targets.iter().find_map(|(c, _)| socks.get(*c)).map(|s| s.k.comm.clone()).unwrap_or_default();
+    // From its targets; frames may prove it before any target stalled: then
+    // from another socket of the server's process.
+    let comm = st
+        .targets
+        .iter()
+        .find_map(|(c, _)| socks.get(*c))
+        .or_else(|| st.pid.and_then(|pid| socks.iter().find(|s| s.k.pid == pid && !s.k.comm.is_empty())))
+        .map(|s| s.k.comm.clone())
+        .unwrap_or_default();
     let rate = &c.rate;
     StarvedInfo {
         conn: c.id,
