@@ -1,9 +1,9 @@
-//! `--decrypt`: what the TC classifier passes to user space so that it can
-//! read the frames of the connections it suspects: whole packets of selected
-//! flows (within a byte budget), and for every watched flow the first few
-//! small client packets after its last full-size one — where a client that
-//! ran out of connection credit says so (DATA_BLOCKED), long before anyone
-//! suspects the connection.
+//! `--decrypt`: what the TC classifier keeps and passes so that user space
+//! can read the frames of the connections it suspects: for every watched flow
+//! the client's last short large packets and its small ones ([`Snips`]) —
+//! where a client that ran out of connection credit says so (DATA_BLOCKED),
+//! long before anyone suspects the connection — and whole packets of the
+//! selected flows, within a byte budget.
 
 use crate::flow::FlowKey;
 

@@ -1,15 +1,15 @@
 //! `--decrypt`: the live path to a connection's frames, with the server's own
 //! secrets. A uprobe on Go's crypto/tls key-log function ([`uprobes`]) hands
-//! over every TLS 1.3 secret of the watched servers' handshakes ([`keys`]);
-//! the classifier keeps, for every flow, the first small client packets after
-//! its last full-size one (where a blocked client sends DATA_BLOCKED), and
-//! passes whole packets of the flows selected here. Those are opened with the
-//! code the pcap path uses (`offline::quic::Decryptors`), and their frame
-//! figures go to the model as `Observation::Frames`, as they do offline.
+//! over every TLS 1.3 secret of the watched servers' handshakes ([`keys`]).
+//! The classifier keeps, for every flow, the client's last short large
+//! packets and its small ones (`hystall_common::Snips`: where a blocked client
+//! says DATA_BLOCKED), and passes whole packets of the flows selected here.
+//! Both are opened with the code the pcap path uses
+//! (`offline::quic::Decryptors`), and their frame figures go to the model as
+//! `Observation::Frames`, as they do offline.
 //!
-//! Only suspects are selected (the model names them, `core::suspects`), at
-//! most `MAX_SELECTED_CONNS`, each within the kernel's byte budget. Secrets
-//! stay in memory unless `--keylog-out` is given.
+//! Which connections are read, and how closely, the model says
+//! (`core::suspects`). Secrets stay in memory unless `--keylog-out` is given.
 
 pub mod keys;
 pub mod uprobes;
@@ -122,8 +122,8 @@ impl LiveDecrypt {
         }
     }
 
-    /// Reads the secrets and packets the kernel passed; returns the frame
-    /// figures that changed.
+    /// Reads the secrets and packets the kernel passed; the frame figures
+    /// that changed go to `out`.
     pub fn drain(&mut self, now: Mono, out: &mut Vec<Observation>) {
         while let Some(item) = self.secrets.next() {
             if item.len() >= std::mem::size_of::<TlsSecret>() {
