@@ -8,13 +8,14 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::singbox::{self, Behaviour, Options, SingBox, TcpTarget};
+use common::tcpdump::Tcpdump;
 use common::{Proc, bin, root_or_skip};
 use serde_json::Value;
 
@@ -126,32 +127,6 @@ fn print_costs(m: &std::collections::HashMap<String, f64>) {
     }
 }
 
-/// tcpdump writing a file; stopped (SIGINT, flushed) on drop.
-struct Tcpdump(Child);
-
-impl Tcpdump {
-    fn start(file: &Path, filter: &str) -> Tcpdump {
-        let child = Command::new("tcpdump")
-            .args(["-i", "lo", "--immediate-mode", "-U", "-s", "0", "-B", "131072", "-w"])
-            .arg(file)
-            .arg(filter)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tcpdump (Debian package tcpdump; `cargo xtask setup` installs it)");
-        std::thread::sleep(Duration::from_millis(1500));
-        Tcpdump(child)
-    }
-}
-
-impl Drop for Tcpdump {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn four_stalled_uploads_are_confirmed_from_live_frames() {
     let test = "four_stalled_uploads_are_confirmed_from_live_frames";
@@ -186,7 +161,7 @@ fn four_stalled_uploads_are_confirmed_from_live_frames() {
     let datagrams = alive.join().unwrap();
     assert!(!truth, "the client is starved: a new request must fail");
     assert!(datagrams > 0, "datagrams through the tunnel still flowed");
-    drop(dump);
+    dump.stop();
     for u in ups {
         let _ = u.join();
     }

@@ -7,6 +7,7 @@ pub mod nft;
 pub mod node;
 pub mod scrape;
 pub mod singbox;
+pub mod tcpdump;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
