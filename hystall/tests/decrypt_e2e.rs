@@ -35,8 +35,13 @@ fn tmpdir(name: &str) -> PathBuf {
 
 /// `watch --decrypt` on sing-box at `port`, with `extra` arguments.
 fn watch(port: u16, extra: &[&str]) -> Proc {
-    let p = port.to_string();
-    let mut args = vec!["watch", "--json", "--comm", "sing-box", "--port", &p, "--stall-timeout", TIMEOUT, "--decrypt"];
+    watch_ports(&port.to_string(), extra)
+}
+
+/// The same on a port or range (`P` or `LO-HI`).
+fn watch_ports(ports: &str, extra: &[&str]) -> Proc {
+    let p = ports;
+    let mut args = vec!["watch", "--json", "--comm", "sing-box", "--port", p, "--stall-timeout", TIMEOUT, "--decrypt"];
     args.extend_from_slice(extra);
     let mut w = Proc::spawn(&args);
     w.wait_event("watch_started", Duration::from_secs(15));
@@ -183,6 +188,10 @@ fn four_stalled_uploads_are_confirmed_from_live_frames() {
     assert!(!confirmed.is_empty(), "confirmed from frames: {starved:#?}");
     let f = &confirmed[0]["evidence"]["frames"];
     assert!(f["data_blocked_limit"].as_u64().is_some_and(|l| l > 0) || f["max_data"].as_u64().unwrap_or(0) > 0, "{f}");
+    // The streams that hold the window, as far as the frames read show them
+    // (live: those whose last frames rode in the packets kept at the stop).
+    let held = f["blocked_streams"].as_array().expect("blocked_streams");
+    assert!(!held.is_empty() && held.iter().all(|s| s["offset"].as_u64().unwrap_or(0) > 0), "{f}");
     // The key log: 0600, and it decrypts a capture of the same run.
     use std::os::unix::fs::PermissionsExt as _;
     assert_eq!(std::fs::metadata(&keys).unwrap().permissions().mode() & 0o777, 0o600);
@@ -200,10 +209,19 @@ fn four_stalled_uploads_are_confirmed_from_live_frames() {
         .find(|l| l["event"] == "pcap_summary")
         .expect("pcap_summary");
     let conns = summary["conns"].as_array().unwrap();
-    assert!(
-        conns.iter().any(|c| c["decrypt"]["secrets_found"] == true && c["starved"]["confidence"] == "confirmed"),
-        "the key log decrypts the capture: {summary:#}"
-    );
+    let decrypted = conns
+        .iter()
+        .find(|c| c["decrypt"]["secrets_found"] == true && c["starved"]["confidence"] == "confirmed")
+        .unwrap_or_else(|| panic!("the key log decrypts the capture: {summary:#}"));
+    // Every frame is read offline: the four uploads' streams, each open with
+    // megabytes in it (the stream the probe opened at the end has none).
+    let open: Vec<&Value> = decrypted["frames"]["client_streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["ended"] == false && s["offset"].as_u64().unwrap_or(0) > 1 << 20)
+        .collect();
+    assert_eq!(open.len(), 4, "{:#}", decrypted["frames"]);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -212,7 +230,19 @@ fn four_stalled_uploads_are_confirmed_from_live_frames() {
 /// once; n = 0: idle), datagrams flowing through every tunnel; returns the
 /// events and, per client, whether a new request still worked at the end.
 fn run(port: u16, opts: Options, clients: &[(Behaviour, usize)], secs: u64) -> (Vec<Value>, Vec<bool>, SingBox) {
-    let mut w = watch(port, &[]);
+    run_watching(&port.to_string(), port, opts, clients, secs, Duration::ZERO)
+}
+
+/// `run`, watching `ports` (the server's port and the ones hopped to).
+fn run_watching(
+    ports: &str,
+    port: u16,
+    opts: Options,
+    clients: &[(Behaviour, usize)],
+    secs: u64,
+    upload_after: Duration,
+) -> (Vec<Value>, Vec<bool>, SingBox) {
+    let mut w = watch_ports(ports, &[]);
     let mut sb = start_server_with(&mut w, Options { server_port: Some(port), ..opts });
     let stop = Arc::new(AtomicBool::new(false));
     let mut targets = Vec::new();
@@ -222,9 +252,12 @@ fn run(port: u16, opts: Options, clients: &[(Behaviour, usize)], secs: u64) -> (
     for &(b, n) in clients {
         let i = sb.add_client().expect("client");
         idx.push(i);
+        alive.push(keep_alive(&sb, i, &stop));
+    }
+    std::thread::sleep(upload_after);
+    for (&(b, n), &i) in clients.iter().zip(&idx) {
         let t = TcpTarget::spawn(b).expect("target");
         ups.extend(uploads(&sb, i, &t, n, &stop));
-        alive.push(keep_alive(&sb, i, &stop));
         targets.push(t);
     }
     let mut events: Vec<Value> = w.seen.iter().filter_map(|l| serde_json::from_str(l).ok()).collect();
@@ -371,5 +404,45 @@ fn salamander_connections_are_not_read_and_say_so() {
         assert_eq!(e["obfuscated"], true, "{e}");
         assert_ne!(e["confidence"], "confirmed", "no frames are read under Salamander: {e}");
         assert!(e["evidence"]["frames"].is_null(), "{e}");
+    }
+}
+
+#[test]
+fn a_client_that_hops_ports_is_confirmed_across_its_hops() {
+    let test = "a_client_that_hops_ports_is_confirmed_across_its_hops";
+    let Some(_g) = root_or_skip(test) else { return };
+    if !singbox::sing_box_or_skip(test) {
+        return;
+    }
+    // Hysteria's port hopping: the client sends to a port of a range (a new
+    // UDP socket each hop) that a DNAT rule forwards to the server's port;
+    // the connection, and its keys, stay the same.
+    let _nft = common::nft::NftTable::dnat("hystall_decrypt_hop", "23121-23130", 23120).expect("nft DNAT rule");
+    let opts =
+        Options { server_ports: Some("23121:23130".into()), hop_interval: Some("5s".into()), ..Default::default() };
+    // The uploads start after the first hop: the frames read are on a flow
+    // the handshake never used (tied to the connection by its CIDs).
+    let (events, truth, sb) =
+        run_watching("23120-23130", 23120, opts, &[(Behaviour::Stall, 4)], 14, Duration::from_secs(7));
+    assert_eq!(truth, vec![false], "the client is starved");
+    let starved = named(&events, "quic_starved");
+    let confirmed: Vec<&&Value> = starved.iter().filter(|e| e["confidence"] == "confirmed").collect();
+    let opened = named(&events, "quic_conn_opened");
+    let first = opened.first().and_then(|e| e["client"].as_str()).unwrap_or_default();
+    eprintln!(
+        "first client address {first}; when confirmed: {:?}; the client's sockets now: {:?}",
+        confirmed.iter().map(|e| &e["client"]).collect::<Vec<_>>(),
+        client_addrs(sb.client_pid_of(0))
+    );
+    assert!(!confirmed.is_empty(), "confirmed from frames after a hop: {events:#?}");
+    assert!(confirmed.iter().all(|e| e["client"].as_str() != Some(first)), "the client had hopped: {confirmed:#?}");
+    // One connection across the hops: no second one opened for the client.
+    assert_eq!(named(&events, "quic_conn_opened").len(), 1, "{events:#?}");
+    for e in &confirmed {
+        assert!(
+            e["evidence"]["frames"]["data_blocked_limit"].as_u64().is_some()
+                || e["evidence"]["frames"]["max_data"].as_u64().unwrap_or(0) > 0,
+            "{e}"
+        );
     }
 }

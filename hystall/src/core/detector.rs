@@ -30,7 +30,7 @@ use super::attribution::{Attribution, Link, owner};
 use super::conns::{Conn, ConnTable};
 use super::event::{Event, Stamped, StarvedInfo, StarvedTarget};
 use super::flows::Dir;
-use super::frames::{FrameEvidence, FrameState};
+use super::frames::{BlockedStream, FrameEvidence, FrameState};
 use super::model::conn_info;
 use super::observation::ServerStream;
 use super::sockets::SocketTable;
@@ -299,6 +299,9 @@ pub fn frame_proof(f: &FrameState, now: Mono, quiet: Duration, last_bulk: Option
         .then_some(stop)
 }
 
+/// Blocked streams an event lists at most.
+const MAX_BLOCKED_LISTED: usize = 16;
+
 fn frame_evidence(f: &FrameState, now: Mono) -> FrameEvidence {
     FrameEvidence {
         max_data: f.server_max_data.unwrap_or_default(),
@@ -313,6 +316,12 @@ fn frame_evidence(f: &FrameState, now: Mono) -> FrameEvidence {
         server_datagrams: f.datagrams[1],
         reset_stream: f.reset_stream.iter().sum(),
         stop_sending: f.stop_sending.iter().sum(),
+        blocked_streams: f
+            .held_streams(now)
+            .into_iter()
+            .take(MAX_BLOCKED_LISTED)
+            .map(|s| BlockedStream { id: s.id, offset: s.offset, stream_limit: s.blocked_at })
+            .collect(),
     }
 }
 

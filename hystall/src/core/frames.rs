@@ -41,9 +41,11 @@ pub struct FrameState {
     /// The client's DATA_BLOCKED frames: (limit named, first seen, last seen).
     pub data_blocked: Option<(u64, Mono, Mono)>,
     pub data_blocked_frames: u64,
-    /// STREAM_DATA_BLOCKED frames from the client, and the streams they name.
+    /// STREAM_DATA_BLOCKED frames from the client.
     pub stream_data_blocked: u64,
-    pub blocked_streams: Vec<(u64, u64)>,
+    /// The client's streams seen in the frames read, most recently moved
+    /// first kept (at most `MAX_CLIENT_STREAMS`).
+    pub client_streams: Vec<ClientStream>,
     /// MAX_STREAM_DATA frames from the server.
     pub max_stream_data: u64,
     pub reset_stream: PerDir<u64>,
@@ -53,7 +55,55 @@ pub struct FrameState {
     pub suite: Option<String>,
 }
 
+/// Client streams listed per connection, at most: the ones that matter are
+/// the few that hold the window; the oldest quiet ones make room.
+pub const MAX_CLIENT_STREAMS: usize = 64;
+
+/// One client stream as its frames show it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientStream {
+    pub id: u64,
+    /// The highest offset the client sent (the end of its last new bytes).
+    pub offset: u64,
+    /// When new bytes last came (None: only frames with no new bytes were read).
+    pub last_new: Option<Mono>,
+    /// The stream ended: FIN sent, or reset by either side.
+    pub ended: bool,
+    /// The stream limit its STREAM_DATA_BLOCKED named, if the client sent one.
+    pub blocked_at: Option<u64>,
+}
+
 impl FrameState {
+    /// The entry of client stream `id`, made if new (the oldest quiet
+    /// stream, preferring ended ones, makes room when the list is full).
+    pub fn client_stream(&mut self, id: u64) -> &mut ClientStream {
+        let i = match self.client_streams.iter().position(|s| s.id == id) {
+            Some(i) => i,
+            None => {
+                if self.client_streams.len() >= MAX_CLIENT_STREAMS
+                    && let Some(old) = (0..self.client_streams.len())
+                        .min_by_key(|&i| (!self.client_streams[i].ended, self.client_streams[i].last_new))
+                {
+                    self.client_streams.swap_remove(old);
+                }
+                self.client_streams.push(ClientStream { id, ..Default::default() });
+                self.client_streams.len() - 1
+            }
+        };
+        &mut self.client_streams[i]
+    }
+
+    /// The client's streams that hold unread bytes at a stop: not ended,
+    /// with bytes sent, and no new bytes after `stop`; the largest first.
+    pub fn held_streams(&self, stop: Mono) -> Vec<&ClientStream> {
+        let mut v: Vec<&ClientStream> = self
+            .client_streams
+            .iter()
+            .filter(|s| !s.ended && s.offset > 0 && s.last_new.is_none_or(|t| t <= stop))
+            .collect();
+        v.sort_by(|a, b| b.offset.cmp(&a.offset).then(a.id.cmp(&b.id)));
+        v
+    }
     /// The client has no connection credit left: its stream bytes reached the
     /// server's limit, or it said so with DATA_BLOCKED at the current limit.
     pub fn client_blocked_at_limit(&self) -> Option<u64> {
@@ -105,6 +155,22 @@ pub struct FrameEvidence {
     pub server_datagrams: u64,
     pub reset_stream: u64,
     pub stop_sending: u64,
+    /// The client streams the frames read show holding bytes at the stop
+    /// (not ended, no new bytes since), the largest first: the streams whose
+    /// unread bytes pin the window. Live, only streams whose last frames
+    /// were read are known.
+    pub blocked_streams: Vec<BlockedStream>,
+}
+
+/// A client stream that stopped with bytes in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BlockedStream {
+    pub id: u64,
+    /// The highest offset the client sent on it.
+    pub offset: u64,
+    /// The stream limit the client named in STREAM_DATA_BLOCKED, if it did
+    /// (then `offset` is at its window).
+    pub stream_limit: Option<u64>,
 }
 
 #[cfg(test)]
@@ -128,5 +194,25 @@ mod tests {
         assert_eq!(st(120, Some(200), Some(100)).client_blocked_at_limit(), None);
         assert_eq!(st(100, None, Some(100)).client_blocked_at_limit(), Some(100));
         assert_eq!(st(100, None, None).client_blocked_at_limit(), None);
+    }
+
+    #[test]
+    fn client_streams_list_the_ones_that_hold_bytes_and_stay_bounded() {
+        let mut f = FrameState::default();
+        for id in 0..(MAX_CLIENT_STREAMS as u64 + 10) {
+            let s = f.client_stream(id * 4);
+            s.offset = 100 + id;
+            s.last_new = Some(Mono(id));
+            // Every other one finished.
+            s.ended = id % 2 == 1;
+        }
+        assert_eq!(f.client_streams.len(), MAX_CLIENT_STREAMS, "bounded");
+        // Ended streams made room first: every open one is still there.
+        assert_eq!(f.client_streams.iter().filter(|s| !s.ended).count(), MAX_CLIENT_STREAMS / 2 + 5);
+        let held = f.held_streams(Mono(u64::MAX));
+        assert!(held.iter().all(|s| !s.ended), "finished streams hold nothing");
+        assert!(held.windows(2).all(|w| w[0].offset >= w[1].offset), "largest first");
+        // A stream that moved after the stop does not hold the window at it.
+        assert!(f.held_streams(Mono(3)).iter().all(|s| s.last_new <= Some(Mono(3))));
     }
 }

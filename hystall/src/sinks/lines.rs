@@ -64,6 +64,19 @@ fn sock_line(tag: &str, s: &SocketInfo) -> String {
     )
 }
 
+/// What decrypted frames add to a starved line.
+fn frames_part(f: &crate::core::frames::FrameEvidence) -> String {
+    let streams: Vec<String> =
+        f.blocked_streams.iter().map(|b| format!("{}@{}", b.id, human_bytes(b.offset))).collect();
+    format!(
+        "; frames: client sent {} of {} allowed{}, streams held {}",
+        human_bytes(f.client_consumed),
+        human_bytes(f.max_data.max(f.data_blocked_limit.unwrap_or(0))),
+        f.data_blocked_limit.map(|l| format!(", DATA_BLOCKED at {}", human_bytes(l))).unwrap_or_default(),
+        if streams.is_empty() { "unknown".to_string() } else { streams.join(" ") }
+    )
+}
+
 fn starved_line(tag: &str, s: &StarvedInfo) -> String {
     let e = &s.evidence;
     let targets: Vec<String> = e
@@ -75,8 +88,9 @@ fn starved_line(tag: &str, s: &StarvedInfo) -> String {
         concat!(
             "{tag:<9} conn {id} {client} -> {server} [{conf}] {owner}: no client stream data for {quiet:.1}s ",
             "while {small:.0} small pkt/s up and {down:.0} pkt/s down still flow; {k} stalled target(s) hold it ",
-            "(it takes {need} of {sw} MiB to fill {cw} MiB): {targets}, {unsent} unsent{reason}"
+            "(it takes {need} of {sw} MiB to fill {cw} MiB): {targets}, {unsent} unsent{frames}{reason}"
         ),
+        frames = e.frames.as_ref().map(frames_part).unwrap_or_default(),
         tag = tag,
         targets = targets.join(", "),
         id = s.conn,

@@ -263,6 +263,20 @@ fn evidence(o: &mut String, r: &Report, f: &FrameState) {
         f.stream_data_blocked,
         f.max_stream_data
     );
+    let held = f.held_streams(crate::core::time::Mono(u64::MAX));
+    if !held.is_empty() {
+        let shown: Vec<String> = held
+            .iter()
+            .take(8)
+            .map(|s| {
+                let at = s.blocked_at.map(|l| format!(", blocked at {}", human_bytes(l))).unwrap_or_default();
+                format!("{} ({}{at})", s.id, human_bytes(s.offset))
+            })
+            .collect();
+        let more = held.len().saturating_sub(shown.len());
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        let _ = writeln!(o, "  client streams open at the end: {}{more}", shown.join(", "));
+    }
     let _ = writeln!(
         o,
         "  RESET_STREAM {} up / {} down, STOP_SENDING {} / {}, CONNECTION_CLOSE {} / {}{}",

@@ -43,6 +43,26 @@ fn bytes(v: u64) -> String {
     human_bytes(v)
 }
 
+/// One line of what a connection's decrypted frames show.
+pub fn frames_summary(f: &crate::core::frames::FrameState, now: crate::core::time::Mono) -> String {
+    let limit = match (f.server_max_data, f.data_blocked) {
+        (_, Some((l, _, _))) => format!("DATA_BLOCKED at {}", bytes(l)),
+        (Some(m), None) => format!("MAX_DATA {}", bytes(m)),
+        (None, None) => "no limit read".into(),
+    };
+    let quiet = f.last_stream[0]
+        .map_or_else(|| "none read".into(), |t| format!("{} ago", fmt_secs(now.since(t).as_secs_f64())));
+    let held: Vec<String> =
+        f.held_streams(now).iter().take(6).map(|s| format!("{} ({})", s.id, bytes(s.offset))).collect();
+    format!(
+        "Frames (decrypted): the client sent {} ({limit}); last new STREAM data {quiet}; {} ACK, {} DATAGRAM up; open streams: {}.",
+        bytes(f.client_consumed),
+        f.acks[0],
+        f.datagrams[0],
+        if held.is_empty() { "none read".to_string() } else { held.join(", ") }
+    )
+}
+
 pub fn conn_evidence(r: &ConnRow, p: &Params) -> Vec<String> {
     let mut out = Vec::new();
     let w = p.windows;
@@ -79,6 +99,9 @@ pub fn conn_evidence(r: &ConnRow, p: &Params) -> Vec<String> {
                     })
                     .collect();
                 out.push(format!("Targets: {}.", t.join(", ")));
+            }
+            if let Some(f) = &s.frames {
+                out.push(f.clone());
             }
             if let Some(pid) = s.pid {
                 out.push(format!("Server process: pid {pid}."));

@@ -133,6 +133,8 @@ pub struct StarvedRow {
     pub rank: u8,
     pub pid: Option<u32>,
     pub targets: Vec<TargetRow>,
+    /// What the decrypted frames show (`--decrypt`, a capture with a key log).
+    pub frames: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -193,6 +195,7 @@ impl ConnRow {
                     }
                 })
                 .collect(),
+            frames: c.frames.as_ref().map(|f| super::detail::frames_summary(f, now)),
         });
         let starved = starved.map(|mut s| {
             // The detector's order is a hash map's.

@@ -310,7 +310,7 @@ fn record(c: &mut QConn, at: Mono, dir: Dir, space: Space, f: &Frame<'_>, learne
     let d = dir as usize;
     let st = &mut c.frames;
     match *f {
-        Frame::Stream { stream_id, offset, data, .. } => {
+        Frame::Stream { stream_id, offset, data, fin, .. } => {
             st.stream_frames[d] += 1;
             let end = offset.saturating_add(data.len() as u64);
             let offsets = &mut c.offsets[d];
@@ -318,7 +318,8 @@ fn record(c: &mut QConn, at: Mono, dir: Dir, space: Space, f: &Frame<'_>, learne
             if prev.is_none() && stream_id & 1 == d as u64 {
                 st.streams_opened[d] += 1;
             }
-            if end > prev.unwrap_or(0) && (prev.is_some() || offsets.len() < MAX_STREAMS) {
+            let moved = end > prev.unwrap_or(0) && (prev.is_some() || offsets.len() < MAX_STREAMS);
+            if moved {
                 let new = end - prev.unwrap_or(0);
                 offsets.insert(stream_id, end);
                 st.stream_bytes[d] = st.stream_bytes[d].saturating_add(new);
@@ -328,6 +329,14 @@ fn record(c: &mut QConn, at: Mono, dir: Dir, space: Space, f: &Frame<'_>, learne
                 }
             } else if prev.is_none() && offsets.len() < MAX_STREAMS {
                 offsets.insert(stream_id, end);
+            }
+            if dir == Dir::C2s {
+                let s = st.client_stream(stream_id);
+                s.offset = s.offset.max(end);
+                if moved {
+                    s.last_new = Some(at);
+                }
+                s.ended |= fin;
             }
         }
         Frame::Ack(_) => {
@@ -352,14 +361,24 @@ fn record(c: &mut QConn, at: Mono, dir: Dir, space: Space, f: &Frame<'_>, learne
         }
         Frame::StreamDataBlocked { stream_id, limit } if dir == Dir::C2s => {
             st.stream_data_blocked += 1;
-            if let Some(e) = st.blocked_streams.iter_mut().find(|(id, _)| *id == stream_id) {
-                e.1 = limit;
-            } else if st.blocked_streams.len() < 32 {
-                st.blocked_streams.push((stream_id, limit));
+            let s = st.client_stream(stream_id);
+            s.blocked_at = Some(limit);
+            s.offset = s.offset.max(limit);
+        }
+        Frame::ResetStream { stream_id, .. } => {
+            st.reset_stream[d] += 1;
+            // The client abandons what it was sending on the stream.
+            if dir == Dir::C2s {
+                st.client_stream(stream_id).ended = true;
             }
         }
-        Frame::ResetStream { .. } => st.reset_stream[d] += 1,
-        Frame::StopSending { .. } => st.stop_sending[d] += 1,
+        Frame::StopSending { stream_id, .. } => {
+            st.stop_sending[d] += 1;
+            // The server wants no more of it: the client resets it.
+            if dir == Dir::S2c {
+                st.client_stream(stream_id).ended = true;
+            }
+        }
         Frame::ConnectionClose { .. } => st.connection_close[d] += 1,
         Frame::NewConnectionId { cid, .. } if dir == Dir::S2c => learned.push(cid.to_vec()),
         Frame::Crypto { offset, data } if dir == Dir::S2c && space == Space::Handshake && !c.hs_done => {
