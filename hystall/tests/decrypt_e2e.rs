@@ -249,7 +249,7 @@ fn run_watching(
     let mut ups = Vec::new();
     let mut alive = Vec::new();
     let mut idx = Vec::new();
-    for &(b, n) in clients {
+    for _ in clients {
         let i = sb.add_client().expect("client");
         idx.push(i);
         alive.push(keep_alive(&sb, i, &stop));
