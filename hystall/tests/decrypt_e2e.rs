@@ -57,7 +57,12 @@ fn start_server(w: &mut Proc, port: u16) -> SingBox {
 
 fn start_server_with(w: &mut Proc, opts: Options) -> SingBox {
     let sb = SingBox::start(Options { no_client: true, ..opts }).expect("sing-box");
-    let pid = sb.server_pid();
+    wait_probed(w, sb.server_pid());
+    sb
+}
+
+/// Waits until `w` says it reads the secrets of process `pid`.
+fn wait_probed(w: &mut Proc, pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while let Some(e) = w.next_json(deadline) {
         if e["event"] == "decrypt_changed"
@@ -65,7 +70,7 @@ fn start_server_with(w: &mut Proc, opts: Options) -> SingBox {
                 .as_array()
                 .is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid && !p["functions"].as_array().unwrap().is_empty()))
         {
-            return sb;
+            return;
         }
     }
     panic!("the sing-box server (pid {pid}) was not probed within 10 s: {:?}", w.seen);
@@ -445,4 +450,93 @@ fn a_client_that_hops_ports_is_confirmed_across_its_hops() {
             "{e}"
         );
     }
+}
+
+/// Files under `roots` modified since `since` (not following links, not
+/// `skip`), at most 64 MiB each: where a leaked secret would be.
+fn written_since(roots: &[&std::path::Path], since: std::time::SystemTime, skip: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = roots.iter().map(|p| p.to_path_buf()).collect();
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        if p.starts_with(skip) {
+            continue;
+        }
+        if meta.is_dir() {
+            if let Ok(rd) = std::fs::read_dir(&p) {
+                stack.extend(rd.filter_map(Result::ok).map(|e| e.path()));
+            }
+        } else if meta.is_file() && meta.len() <= 64 << 20 && meta.modified().is_ok_and(|m| m >= since) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn no_secret_is_written_anywhere_without_keylog_out() {
+    let test = "no_secret_is_written_anywhere_without_keylog_out";
+    let Some(_g) = root_or_skip(test) else { return };
+    if !singbox::sing_box_or_skip(test) {
+        return;
+    }
+    // Two hystalls read the same server's secrets: one writes them to a key
+    // log (so that the test knows them), the other has no --keylog-out. Its
+    // output, its log and every file written anywhere during the run must
+    // hold none of them, in hex or raw.
+    let dir = tmpdir("nowrite");
+    let keys = dir.join("keys.log");
+    let since = std::time::SystemTime::now() - Duration::from_secs(1);
+    let port = 23108;
+    let mut knows = watch(port, &["--keylog-out", keys.to_str().unwrap()]);
+    let log = std::fs::File::create(dir.join("quiet.stderr")).unwrap();
+    let p = port.to_string();
+    let mut quiet = Proc::spawn_with_stderr(
+        &["watch", "--json", "--comm", "sing-box", "--port", &p, "--stall-timeout", TIMEOUT, "--decrypt"],
+        log,
+    );
+    quiet.wait_event("watch_started", Duration::from_secs(15));
+    let mut sb = start_server_with(&mut knows, Options { server_port: Some(port), ..Default::default() });
+    wait_probed(&mut quiet, sb.server_pid());
+    let client = sb.add_client().expect("client");
+    let target = TcpTarget::spawn(Behaviour::Stall).expect("target");
+    let stop = Arc::new(AtomicBool::new(false));
+    let ups = uploads(&sb, client, &target, 4, &stop);
+    let alive = keep_alive(&sb, client, &stop);
+    let events = quiet.collect_until(Instant::now() + Duration::from_secs(10));
+    stop.store(true, Ordering::SeqCst);
+    let _ = alive.join();
+    for u in ups {
+        let _ = u.join();
+    }
+    quiet.stop();
+    knows.stop();
+    drop(sb);
+    // The quiet one read the secrets and decrypted with them.
+    assert!(
+        named(&events, "quic_starved").iter().any(|e| e["confidence"] == "confirmed"),
+        "the run without --keylog-out decrypts too: {events:#?}"
+    );
+    let text = std::fs::read_to_string(&keys).unwrap();
+    let mut secrets: Vec<Vec<u8>> = Vec::new();
+    for l in text.lines() {
+        let Some(hex) = l.split_whitespace().nth(2) else { continue };
+        let raw: Vec<u8> =
+            (0..hex.len() / 2).filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()).collect();
+        secrets.extend([hex.as_bytes().to_vec(), hex.to_uppercase().into_bytes(), raw]);
+    }
+    assert!(secrets.len() >= 3 * 4, "the key log has the handshake's secrets: {text}");
+    let holds = |hay: &[u8]| secrets.iter().any(|s| hay.windows(s.len()).any(|w| w == s.as_slice()));
+    assert!(!holds(quiet.seen.join("\n").as_bytes()), "a secret in the output of the run without --keylog-out");
+    let roots: Vec<&std::path::Path> = ["/tmp", "/var/tmp", "/var/log", "/run", "/dev/shm", "/root", "/home", "."]
+        .iter()
+        .map(std::path::Path::new)
+        .collect();
+    assert!(holds(text.as_bytes()), "the check finds the secrets where they are");
+    let files = written_since(&roots, since, &keys);
+    assert!(files.iter().any(|f| f.ends_with("quiet.stderr")), "its log is checked: {files:?}");
+    let leaked: Vec<&PathBuf> = files.iter().filter(|f| std::fs::read(f).is_ok_and(|b| holds(&b))).collect();
+    eprintln!("{} files written during the run checked", files.len());
+    assert!(leaked.is_empty(), "secrets found in {leaked:?}");
+    std::fs::remove_dir_all(&dir).ok();
 }
