@@ -540,3 +540,81 @@ fn no_secret_is_written_anywhere_without_keylog_out() {
     assert!(leaked.is_empty(), "secrets found in {leaked:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// tmux, for the dashboard test.
+fn tmux(args: &[&str]) -> std::process::Output {
+    Command::new("tmux").args(args).output().expect("tmux")
+}
+
+/// Waits until tmux session `s` shows every one of `needles`.
+fn screen_shows(s: &str, needles: &[&str], within: Duration) -> Result<String, String> {
+    let deadline = Instant::now() + within;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        last = String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", s]).stdout).into_owned();
+        if needles.iter().all(|n| last.contains(n)) {
+            return Ok(last);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Err(last)
+}
+
+#[test]
+fn top_decrypt_shows_the_starved_connection_confirmed_from_its_frames() {
+    let test = "top_decrypt_shows_the_starved_connection_confirmed_from_its_frames";
+    let Some(_g) = root_or_skip(test) else { return };
+    if !singbox::sing_box_or_skip(test) {
+        return;
+    }
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("{test}: skipped: tmux not installed");
+        return;
+    }
+    // What an operator does: the node runs, `sudo hystall top --decrypt`;
+    // then a client connects, and its uploads stall.
+    const S: &str = "hystall_top_decrypt_test";
+    struct Session;
+    impl Drop for Session {
+        fn drop(&mut self) {
+            let _ = tmux(&["kill-session", "-t", S]);
+        }
+    }
+    let port = 23109;
+    let mut sb =
+        SingBox::start(Options { server_port: Some(port), no_client: true, ..Default::default() }).expect("sing-box");
+    let _ = tmux(&["kill-session", "-t", S]);
+    let cmd = format!(
+        "{} top --decrypt --comm sing-box --port {port} --stall-timeout {TIMEOUT} --refresh 250; echo TOP-EXITED-$?; sleep 30",
+        bin()
+    );
+    let out = tmux(&["new-session", "-d", "-s", S, "-x", "200", "-y", "50", &cmd]);
+    assert!(out.status.success(), "tmux: {}", String::from_utf8_lossy(&out.stderr));
+    let _session = Session;
+    // The header says the server's secrets are read before any client comes.
+    screen_shows(S, &["decrypt 1 server(s)"], Duration::from_secs(15)).unwrap_or_else(|s| panic!("header:\n{s}"));
+    let client = sb.add_client().expect("client");
+    let target = TcpTarget::spawn(Behaviour::Stall).expect("target");
+    let stop = Arc::new(AtomicBool::new(false));
+    let ups = uploads(&sb, client, &target, 4, &stop);
+    let alive = keep_alive(&sb, client, &stop);
+    let shown = screen_shows(S, &["STARVED confirmed"], Duration::from_secs(15));
+    // The detail of the selected (starved, on top) connection: its frames.
+    let _ = tmux(&["send-keys", "-t", S, "Enter"]);
+    let detail = screen_shows(S, &["Frames (decrypted)", "DATA_BLOCKED"], Duration::from_secs(4));
+    let _ = tmux(&["send-keys", "-t", S, "Escape"]);
+    let _ = tmux(&["send-keys", "-t", S, "q"]);
+    let after = screen_shows(S, &["TOP-EXITED-0"], Duration::from_secs(8));
+    stop.store(true, Ordering::SeqCst);
+    let _ = alive.join();
+    for u in ups {
+        let _ = u.join();
+    }
+    let shown = shown.unwrap_or_else(|s| panic!("no confirmed connection on screen:\n{s}"));
+    let head: String = shown.lines().take(3).collect::<Vec<_>>().join("\n");
+    assert!(head.contains("handshakes"), "{head}");
+    let detail = detail.unwrap_or_else(|s| panic!("detail view:\n{s}"));
+    eprintln!("{detail}");
+    assert!(detail.contains("open streams:"), "{detail}");
+    after.unwrap_or_else(|s| panic!("after quit:\n{s}"));
+}

@@ -76,14 +76,20 @@ pub fn conn_evidence(r: &ConnRow, p: &Params) -> Vec<String> {
                 r.down_pps
             ));
             let need = w.streams_to_exhaust();
-            out.push(format!(
+            if s.targets.is_empty() && s.frames.is_some() {
+                out.push(
+                    "Its own frames prove it (below); no stalled target is tied to it yet (a target counts once its sends made no progress for the stall timeout).".into(),
+                );
+            } else {
+                out.push(format!(
                 "{} stalled target{} hold it: it takes {need} × {} MiB to fill the {} MiB connection window{}.",
                 s.targets.len(),
                 if s.targets.len() == 1 { "" } else { "s" },
                 w.stream >> 20,
                 w.conn >> 20,
                 if s.targets.len() < need { " (one more stalled stream starves it for sure)" } else { "" }
-            ));
+                ));
+            }
             if !s.targets.is_empty() {
                 let t: Vec<String> = s
                     .targets
