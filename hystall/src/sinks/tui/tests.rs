@@ -401,3 +401,42 @@ fn decrypt_shows_in_the_header_only_when_on() {
     let text = format!("{}", n.draw(200, 20, T0).backend());
     assert!(text.contains("decrypt 1 server(s), 3 handshakes, 1 read"), "{text}");
 }
+
+#[test]
+fn detail_of_a_connection_its_frames_prove_starved() {
+    use crate::core::frames::{ClientStream, FrameSample, FrameState};
+    let mut n = starved_node();
+    // What `--decrypt` read of client 1: it used up the limit it names in
+    // DATA_BLOCKED, with four streams holding it; ACKs and datagrams after.
+    let streams = [(0, 5u64 << 20), (4, 5 << 20), (8, 6 << 20), (12, 4 << 20)];
+    let state = FrameState {
+        opened: [40, 0],
+        client_consumed: 20 << 20,
+        server_max_data: Some(20 << 20),
+        data_blocked: Some((20 << 20, s(T0 + 5.0), s(T0 + 5.0))),
+        data_blocked_frames: 1,
+        last_stream: [Some(s(T0 + 5.0)), None],
+        acks: [30, 0],
+        last_ack: [Some(s(T0 + 19.0)), None],
+        datagrams: [12, 0],
+        last_datagram: [Some(s(T0 + 19.5)), None],
+        client_streams: streams
+            .iter()
+            .map(|&(id, offset)| ClientStream { id, offset, last_new: Some(s(T0 + 5.0)), ..Default::default() })
+            .collect(),
+        ..Default::default()
+    };
+    n.model.apply(Observation::Frames {
+        at: s(T0 + 19.8),
+        sample: Box::new(FrameSample { flow: Node::flow(50001), state }),
+    });
+    n.tick(T0 + 20.0);
+    n.draw(200, 40, T0 + 20.0);
+    assert!(n.key(KeyCode::Enter));
+    let term = n.draw(200, 40, T0 + 20.0);
+    let text = format!("{}", term.backend());
+    assert!(text.contains("STARVED (confirmed)"), "{text}");
+    assert!(text.contains("Frames (decrypted): the client sent 20.0 MiB (DATA_BLOCKED at 20.0 MiB)"), "{text}");
+    assert!(text.contains("open streams: 8 (6.0 MiB), 0 (5.0 MiB), 4 (5.0 MiB), 12 (4.0 MiB)"), "{text}");
+    insta::assert_snapshot!(term.backend());
+}
