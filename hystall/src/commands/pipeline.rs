@@ -305,11 +305,12 @@ impl Pipeline {
     }
 
     /// Kernel events lost so far (ring buffers full: events, header samples,
-    /// byte marks).
+    /// byte marks, TLS secrets). Packets not passed for decryption are not
+    /// counted here: their budget drops them by design (see the metrics).
     pub fn lost(&self) -> u64 {
-        use hystall_common::counter::{EVENTS_LOST, MARKS_LOST, SAMPLES_LOST};
+        use hystall_common::counter::{EVENTS_LOST, MARKS_LOST, SAMPLES_LOST, SECRETS_LOST};
         let c = self.live.counters();
-        c[EVENTS_LOST as usize] + c[SAMPLES_LOST as usize] + c[MARKS_LOST as usize]
+        c[EVENTS_LOST as usize] + c[SAMPLES_LOST as usize] + c[MARKS_LOST as usize] + c[SECRETS_LOST as usize]
     }
 
     /// Kernel map entries lost so far: inserts into a full map, flows the

@@ -89,7 +89,14 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
             (vec![("ring", "events".to_owned())], c(counter::EVENTS_LOST)),
             (vec![("ring", "samples".to_owned())], c(counter::SAMPLES_LOST)),
             (vec![("ring", "marks".to_owned())], c(counter::MARKS_LOST)),
+            (vec![("ring", "secrets".to_owned())], c(counter::SECRETS_LOST)),
         ],
+    );
+    count(
+        &mut r,
+        "kernel_packets_not_passed",
+        "Packets of connections selected for decryption (--decrypt) not passed: ring full or the connection's byte budget spent",
+        c(counter::PACKETS_LOST),
     );
     count(
         &mut r,

@@ -104,6 +104,8 @@ fn kernel() -> Kernel {
     counters[hystall_common::counter::EVENTS_LOST as usize] = 2;
     counters[hystall_common::counter::SAMPLES_LOST as usize] = 5;
     counters[hystall_common::counter::MARKS_LOST as usize] = 3;
+    counters[hystall_common::counter::SECRETS_LOST as usize] = 4;
+    counters[hystall_common::counter::PACKETS_LOST as usize] = 6;
     let probe = |p: &str, attached, waiting| ProbeGauge { program: p.into(), attached, waiting };
     Kernel {
         counters,
@@ -167,6 +169,8 @@ fn a_starved_node_shows_in_every_metric() {
         ("hystall_kernel_events_lost_total{ring=\"events\"}", 2.0),
         ("hystall_kernel_events_lost_total{ring=\"samples\"}", 5.0),
         ("hystall_kernel_events_lost_total{ring=\"marks\"}", 3.0),
+        ("hystall_kernel_events_lost_total{ring=\"secrets\"}", 4.0),
+        ("hystall_kernel_packets_not_passed_total", 6.0),
         ("hystall_kernel_map_evicted_total", 9.0),
         ("hystall_probe_attached{program=\"sock_send_length\"}", 1.0),
         ("hystall_probe_attached{program=\"tcp_probe\"}", 0.0),
