@@ -550,6 +550,9 @@ impl Live {
     /// Deletes the kernel entries of flows whose connection closed; returns
     /// the flows that were deleted (the model need not remember their figures).
     pub fn forget_flows(&mut self, flows: &[FlowId]) -> Vec<FlowId> {
+        if let Some(d) = self.decrypt.as_mut() {
+            d.closed(flows);
+        }
         let probes = &mut self.probes;
         let keys = &mut self.flow_keys;
         flows.iter().filter(|f| keys.remove(*f).is_some_and(|k| probes.forget_flow(&k))).copied().collect()

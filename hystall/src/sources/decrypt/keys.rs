@@ -51,6 +51,8 @@ pub struct Keys {
     pub records: u64,
     pub unusable: u64,
     pub handshakes: u64,
+    /// Handshakes whose secrets were dropped because their connection closed.
+    pub dropped: u64,
     /// Bumped by every secret added (decryptors compare it with theirs).
     pub generation: u64,
 }
@@ -77,6 +79,7 @@ impl Keys {
             records: 0,
             unusable: 0,
             handshakes: 0,
+            dropped: 0,
             generation: 0,
         })
     }
@@ -119,6 +122,16 @@ impl Keys {
             }
             self.order.pop_front();
             self.log.remove(&r);
+        }
+    }
+
+    /// Drops the secrets of one handshake (its connection closed).
+    pub fn forget(&mut self, random: &ClientRandom) {
+        if self.log.get(random).is_some() {
+            self.log.remove(random);
+            self.order.retain(|(_, r)| r != random);
+            self.generation += 1;
+            self.dropped += 1;
         }
     }
 
@@ -178,6 +191,10 @@ mod tests {
             &record("CLIENT_TRAFFIC_SECRET_0", 11, 32),
         );
         assert!(k.log().get(&[9; 32]).is_none() && k.log().get(&[11; 32]).is_some());
+        // A closed connection's secrets go at once.
+        k.forget(&[11; 32]);
+        assert!(k.log().get(&[11; 32]).is_none() && k.log().get(&[10; 32]).is_none());
+        assert_eq!(k.dropped, 1);
 
         let dir = std::env::temp_dir().join(format!("hystall-keys-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

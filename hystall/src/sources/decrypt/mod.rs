@@ -168,6 +168,24 @@ impl LiveDecrypt {
         }
     }
 
+    /// The connections of `flows` closed: the secrets of those read go now
+    /// (the others' go by age and count: their handshakes were never tied
+    /// to a connection).
+    pub fn closed(&mut self, flows: &[FlowId]) {
+        let before = self.keys.dropped;
+        for f in flows {
+            if let Some(random) = self.decryptors.client_random_of(f) {
+                self.keys.forget(&random);
+            }
+            self.selected.remove(f);
+        }
+        self.decryptors.forget(flows);
+        if self.keys.dropped != before {
+            // The decryptors' copy of the secrets goes too.
+            self.push_keys();
+        }
+    }
+
     /// Reads the suspects' flows: the snips of all, the packets of those to
     /// pass (`Suspect::pass`; the kernel passes exactly those).
     pub fn select(&mut self, probes: &mut Probes, suspects: &[Suspect], keys: &HashMap<FlowId, FlowKey>) {

@@ -104,6 +104,13 @@ impl Decryptors {
         self.given_cid_len.insert(server, len);
     }
 
+    /// The ClientHello random of the connection `flow` belongs to, once
+    /// its secrets were found.
+    pub fn client_random_of(&self, flow: &FlowId) -> Option<crate::core::quic::ClientRandom> {
+        let c = self.conns.get(*self.by_flow.get(flow)?)?;
+        c.dec.secrets_found().then(|| c.dec.client_random().copied()).flatten()
+    }
+
     /// Forgets the connections of `flows` (live: no longer selected). Their
     /// slots stay, emptied, so the other indexes hold.
     pub fn forget(&mut self, flows: &[FlowId]) {
