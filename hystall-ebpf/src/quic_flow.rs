@@ -155,6 +155,9 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     // without a lock: two CPUs crossing the same mark at once may both mark
     // it, and user space takes the larger count).
     let before = d.bytes[0] + d.bytes[1] + d.bytes[2];
+    // A client's Initial among its first two packets: `--decrypt` ties the
+    // handshake's secrets to the flow by the ClientHello random in it.
+    let initial = p.dir == DIR_C2S && d.packets[0] + d.packets[1] + d.packets[2] < 2 && is_initial(&p.head);
     if p.dir == DIR_C2S && crossed(before, before + p.payload_len as u64) {
         mark(MARK_FLOW, now, before + p.payload_len as u64, 0, Some(&p.key));
     }
@@ -206,9 +209,21 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
             };
             *st = (full << 16) | kept;
         }
-        pass(ctx, &p, now, seg_len);
+        pass(ctx, &p, now, seg_len, initial);
     }
     Ok(())
+}
+
+/// A QUIC v1 or v2 Initial packet (long header, its version's Initial type).
+#[inline(always)]
+fn is_initial(head: &[u8; 5]) -> bool {
+    let ty = (head[0] >> 4) & 3;
+    head[0] & 0x80 != 0
+        && match [head[1], head[2], head[3], head[4]] {
+            [0, 0, 0, 1] => ty == 0,
+            [0x6b, 0x33, 0x43, 0xcf] => ty == 1,
+            _ => false,
+        }
 }
 
 /// Keeps a client packet (at `off` in the skb) in the flow's tail slot
@@ -286,24 +301,30 @@ fn snip(ctx: &TcContext, key: &FlowKey, off: u32, now: u64, slot_len: u64) {
     }
 }
 
-/// Passes a packet of a selected flow to user space, within its budget.
+/// Passes a packet of a selected flow to user space, within its budget, and
+/// a client's Initial (`initial`: one or two per connection).
 #[inline(always)]
-fn pass(ctx: &TcContext, p: &Parsed, now: u64, seg_len: u32) {
-    let Some(b) = SELECTED.get_ptr_mut(&p.key) else { return };
+fn pass(ctx: &TcContext, p: &Parsed, now: u64, seg_len: u32, initial: bool) {
+    let b = SELECTED.get_ptr_mut(&p.key);
+    if b.is_none() && !initial {
+        return;
+    }
     let avail = (ctx.len() as usize).saturating_sub(p.payload_off).min(seg_len as usize);
     if avail == 0 {
         return;
     }
-    unsafe {
-        if now.saturating_sub((*b).window_ns) >= 1_000_000_000 {
-            (*b).window_ns = now;
-            (*b).bytes = 0;
+    if let Some(b) = b {
+        unsafe {
+            if now.saturating_sub((*b).window_ns) >= 1_000_000_000 {
+                (*b).window_ns = now;
+                (*b).bytes = 0;
+            }
+            if (*b).bytes + avail as u64 > SELECTED_BYTES_PER_SEC {
+                bump(counter::PACKETS_LOST);
+                return;
+            }
+            (*b).bytes += avail as u64;
         }
-        if (*b).bytes + avail as u64 > SELECTED_BYTES_PER_SEC {
-            bump(counter::PACKETS_LOST);
-            return;
-        }
-        (*b).bytes += avail as u64;
     }
     let Some(mut entry) = PACKETS.reserve::<FlowPacket>(0) else {
         bump(counter::PACKETS_LOST);

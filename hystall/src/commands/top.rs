@@ -303,7 +303,7 @@ fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Hea
         refresh_ms,
         decrypt: p.live.decrypt_info().map(|d| {
             let read = d.processes.iter().filter(|p| !p.functions.is_empty()).count();
-            format!("{read} server(s), {} handshakes, {} read", d.handshakes, d.selected)
+            format!("{read} server(s), {} handshakes, {} tied, {} read", d.handshakes, d.tied, d.selected)
         }),
     }
 }

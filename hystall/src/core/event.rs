@@ -117,6 +117,9 @@ pub struct DecryptInfo {
     pub keylog_out: Option<String>,
     /// Handshakes whose secrets were read so far.
     pub handshakes: u64,
+    /// Connections whose handshake is known from their Initial (their
+    /// secrets are looked up, not tried, and dropped when they close).
+    pub tied: usize,
     /// Connections whose packets are read now.
     pub selected: usize,
     /// Set when nothing can be decrypted: why.

@@ -14,7 +14,7 @@
 pub mod keys;
 pub mod uprobes;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -24,6 +24,7 @@ use hystall_common::{DIR_C2S, FlowKey, FlowPacket, SNIP_BYTES, SNIPS, TAIL_BYTES
 use crate::core::flows::{Dir, FlowId};
 use crate::core::frames::FrameSample;
 use crate::core::observation::Observation;
+use crate::core::quic::ClientRandom;
 use crate::core::suspects::Suspect;
 use crate::core::time::Mono;
 use crate::sources::offline::quic::Decryptors;
@@ -36,6 +37,10 @@ pub struct DecryptOptions {
 }
 
 pub use crate::core::event::DecryptInfo;
+
+/// Connections whose ClientHello random is remembered, at most (a node's
+/// live connections; the oldest are forgotten first).
+const MAX_RANDOMS: usize = 100_000;
 
 struct Reading {
     key: FlowKey,
@@ -54,6 +59,11 @@ pub struct LiveDecrypt {
     selected: HashMap<FlowId, Reading>,
     /// The key generation the decryptors have.
     pushed: u64,
+    /// The ClientHello random of each connection's first flow, oldest first
+    /// dropped past `MAX_RANDOMS`: ties secrets to connections without
+    /// trial decryption, and drops them when the connection closes.
+    randoms: HashMap<FlowId, ClientRandom>,
+    random_order: VecDeque<FlowId>,
     /// Packets passed and frames figures handed to the model.
     pub packets_read: u64,
 }
@@ -77,6 +87,8 @@ impl LiveDecrypt {
             decryptors: Decryptors::new(Default::default()),
             selected: HashMap::new(),
             pushed: 0,
+            randoms: HashMap::new(),
+            random_order: VecDeque::new(),
             packets_read: 0,
         })
     }
@@ -117,6 +129,7 @@ impl LiveDecrypt {
             processes,
             keylog_out: self.keys.keylog_out().map(|p| p.display().to_string()),
             handshakes: self.keys.handshakes,
+            tied: self.randoms.len(),
             selected: self.selected.values().filter(|r| r.passed).count(),
             note,
         }
@@ -145,17 +158,43 @@ impl LiveDecrypt {
         }
         for p in packets {
             let flow = crate::sources::quic::flow_id(&p.key);
-            if !self.selected.get(&flow).is_some_and(|r| r.passed) {
-                continue; // no longer passed
-            }
             let dir = if p.dir as usize == DIR_C2S { Dir::C2s } else { Dir::S2c };
             let len = (p.caplen as usize).min(p.bytes.len());
+            if !self.selected.get(&flow).is_some_and(|r| r.passed) {
+                // A client's Initial (the classifier passes every one):
+                // its ClientHello random names the handshake's secrets.
+                // (Initial keys come from the DCID: no secret is needed.)
+                if dir == Dir::C2s {
+                    let mut hello = Decryptors::new(Default::default());
+                    hello.datagram(Mono(p.ts_ns), 0, flow, dir, &p.bytes[..len]);
+                    if let Some(r) = hello.hello_random_of(&flow) {
+                        self.learn(flow, r);
+                    }
+                }
+                continue;
+            }
             self.packets_read += 1;
             self.decryptors.datagram(Mono(p.ts_ns), 0, flow, dir, &p.bytes[..len]);
         }
         for (flow, state) in self.decryptors.changed() {
             out.push(Observation::Frames { at: now, sample: Box::new(FrameSample { flow, state }) });
         }
+    }
+
+    fn learn(&mut self, flow: FlowId, random: ClientRandom) {
+        if self.randoms.insert(flow, random).is_none() {
+            self.random_order.push_back(flow);
+        }
+        while self.random_order.len() > MAX_RANDOMS {
+            if let Some(old) = self.random_order.pop_front() {
+                self.randoms.remove(&old);
+            }
+        }
+    }
+
+    /// Handshakes tied to a connection by its Initial so far (remembered).
+    pub fn tied(&self) -> usize {
+        self.randoms.len()
     }
 
     /// Hands the decryptors the secrets read so far, if they lack some. (A
@@ -174,10 +213,15 @@ impl LiveDecrypt {
     pub fn closed(&mut self, flows: &[FlowId]) {
         let before = self.keys.dropped;
         for f in flows {
-            if let Some(random) = self.decryptors.client_random_of(f) {
+            let random = self.randoms.remove(f).or_else(|| self.decryptors.client_random_of(f));
+            if let Some(random) = random {
                 self.keys.forget(&random);
             }
             self.selected.remove(f);
+        }
+        if self.random_order.len() > 2 * self.randoms.len() + 1024 {
+            let randoms = &self.randoms;
+            self.random_order.retain(|f| randoms.contains_key(f));
         }
         self.decryptors.forget(flows);
         if self.keys.dropped != before {
@@ -189,11 +233,13 @@ impl LiveDecrypt {
     /// Reads the suspects' flows: the snips of all, the packets of those to
     /// pass (`Suspect::pass`; the kernel passes exactly those).
     pub fn select(&mut self, probes: &mut Probes, suspects: &[Suspect], keys: &HashMap<FlowId, FlowKey>) {
-        let mut want: HashMap<FlowId, (FlowKey, Option<usize>, bool)> = HashMap::new();
+        let mut want: HashMap<FlowId, (FlowKey, Option<usize>, bool, Option<ClientRandom>)> = HashMap::new();
         for s in suspects {
+            // Its handshake's random, from the Initial of its first flow.
+            let random = s.flows.iter().find_map(|f| self.randoms.get(f)).copied();
             for f in &s.flows {
                 if let Some(k) = keys.get(f) {
-                    want.insert(*f, (*k, s.cid_len, s.pass));
+                    want.insert(*f, (*k, s.cid_len, s.pass, random));
                 }
             }
         }
@@ -207,14 +253,20 @@ impl LiveDecrypt {
         }
         self.decryptors.forget(&gone);
         let mut added = false;
-        for (flow, (key, cid_len, pass)) in want {
+        for (flow, (key, cid_len, pass, random)) in want {
             let r = match self.selected.get_mut(&flow) {
                 Some(r) => r,
                 None => {
                     added = true;
-                    tracing::debug!("--decrypt: reading {flow:?} (server CID length {cid_len:?}, passed: {pass})");
+                    tracing::debug!(
+                        "--decrypt: reading {flow:?} (server CID length {cid_len:?}, passed: {pass}, handshake known: {})",
+                        random.is_some()
+                    );
                     if let Some(l) = cid_len.and_then(|l| u8::try_from(l).ok()) {
                         self.decryptors.set_server_cid_len(flow.server, l);
+                    }
+                    if let Some(random) = random {
+                        self.decryptors.set_client_random(flow, random);
                     }
                     self.selected.entry(flow).or_insert(Reading { key, seen: 0, passed: false })
                 }

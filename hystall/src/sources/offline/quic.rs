@@ -51,6 +51,8 @@ pub struct Decryptors {
     /// The same, told by the caller (live: from header samples).
     given_cid_len: HashMap<std::net::SocketAddr, u8>,
     pub frame_errors: u64,
+    /// ClientHello randoms told for flows whose connection is not seen yet.
+    randoms: HashMap<FlowId, crate::core::quic::ClientRandom>,
 }
 
 impl Decryptors {
@@ -64,6 +66,7 @@ impl Decryptors {
             server_cid_len: HashMap::new(),
             given_cid_len: HashMap::new(),
             frame_errors: 0,
+            randoms: HashMap::new(),
         }
     }
 
@@ -104,6 +107,24 @@ impl Decryptors {
         self.given_cid_len.insert(server, len);
     }
 
+    /// The ClientHello random of the connection `flow` belongs to, as its
+    /// Initial showed it (whether or not its secrets are known).
+    pub fn hello_random_of(&self, flow: &FlowId) -> Option<crate::core::quic::ClientRandom> {
+        self.conns.get(*self.by_flow.get(flow)?)?.dec.client_random().copied()
+    }
+
+    /// Tells the connection of `flow` its ClientHello random (live: read from
+    /// its Initial when it began): its secrets are then looked up, not tried.
+    /// Kept for a connection not seen yet.
+    pub fn set_client_random(&mut self, flow: FlowId, random: crate::core::quic::ClientRandom) {
+        match self.by_flow.get(&flow).and_then(|&i| self.conns.get_mut(i)) {
+            Some(c) => c.dec.set_client_random(random),
+            None => {
+                self.randoms.insert(flow, random);
+            }
+        }
+    }
+
     /// The ClientHello random of the connection `flow` belongs to, once
     /// its secrets were found.
     pub fn client_random_of(&self, flow: &FlowId) -> Option<crate::core::quic::ClientRandom> {
@@ -115,6 +136,7 @@ impl Decryptors {
     /// slots stay, emptied, so the other indexes hold.
     pub fn forget(&mut self, flows: &[FlowId]) {
         for f in flows {
+            self.randoms.remove(f);
             if let Some(i) = self.by_flow.remove(f)
                 && !self.by_flow.values().any(|&j| j == i)
                 && let Some(c) = self.conns.get_mut(i)
@@ -246,9 +268,13 @@ impl Decryptors {
                 if let Some(&l) = self.given_cid_len.get(&flow.server) {
                     cid_len[0] = Some(l);
                 }
+                let mut dec = ConnDecryptor::new(self.keylog.clone());
+                if let Some(r) = self.randoms.remove(&flow) {
+                    dec.set_client_random(r);
+                }
                 self.conns.push(QConn {
                     orig_dcid: initial_dcid(d).map(<[u8]>::to_vec).unwrap_or_default(),
-                    dec: ConnDecryptor::new(self.keylog.clone()),
+                    dec,
                     cid_len,
                     flow,
                     frames: FrameState::default(),

@@ -239,6 +239,16 @@ impl ConnDecryptor {
         stats
     }
 
+    /// The ClientHello random, learnt elsewhere (live: from the client's
+    /// Initial, copied when the connection began): its secrets are looked up
+    /// by it, with no trial decryption.
+    pub fn set_client_random(&mut self, random: ClientRandom) {
+        if self.client_random.is_none() {
+            self.client_random = Some(random);
+            self.secrets = self.keylog.get(&random).copied();
+        }
+    }
+
     /// A key log with more secrets (a pcapng Decryption Secrets Block read
     /// after this connection started): its ClientHello's secrets may be there now.
     pub fn set_keylog(&mut self, keylog: Arc<KeyLog>) {
