@@ -157,7 +157,7 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     let before = d.bytes[0] + d.bytes[1] + d.bytes[2];
     // A client's Initial among its first two packets: `--decrypt` ties the
     // handshake's secrets to the flow by the ClientHello random in it.
-    let initial = p.dir == DIR_C2S && d.packets[0] + d.packets[1] + d.packets[2] < 2 && is_initial(&p.head);
+    let early = p.dir == DIR_C2S && d.packets[0] + d.packets[1] + d.packets[2] < 2;
     if p.dir == DIR_C2S && crossed(before, before + p.payload_len as u64) {
         mark(MARK_FLOW, now, before + p.payload_len as u64, 0, Some(&p.key));
     }
@@ -209,7 +209,7 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
             };
             *st = (full << 16) | kept;
         }
-        pass(ctx, &p, now, seg_len, initial);
+        pass(ctx, &p, now, seg_len, early && is_initial(&p.head));
     }
     Ok(())
 }

@@ -301,10 +301,38 @@ fn check_suite(suite: SupportedCipherSuite, want: Suite) {
     );
     let mut with_decoy = KeyLog::parse(&decoy);
     with_decoy.merge(&keylog);
-    let (d, results) = decrypt_all(&capture, with_decoy, false);
+    let (d, results) = decrypt_all(&capture, with_decoy.clone(), false);
     assert!(results.iter().all(|(_, r)| r.is_ok()), "trial decryption opens everything");
     assert_eq!((d.suite(), d.stats().key_updates), (Some(want), [1, 1]));
     assert_eq!(d.client_random(), keylog.iter().next().map(|(r, _)| r));
+
+    // The handshake's random told up front (live: read from the client's
+    // Initial): the short headers open with no trial, the decoy first in the
+    // log or not; a wrong random opens nothing, with no trial to fall back on.
+    let random = *keylog.iter().next().map(|(r, _)| r).unwrap();
+    let hello = {
+        let (d, _) = decrypt_all(&capture[..1].to_vec(), KeyLog::default(), true);
+        d.client_random().copied()
+    };
+    assert_eq!(hello, Some(random), "the first client Initial names the handshake");
+    for (told, opens) in [(random, true), ([0x5a; 32], false)] {
+        let lens = dcid_lengths(&capture);
+        let mut d = ConnDecryptor::new(Arc::new(with_decoy.clone())).with_trial_limit(0);
+        d.set_client_random(told);
+        assert_eq!(d.secrets_found(), opens);
+        let short: Vec<Outcome> = capture
+            .iter()
+            .flat_map(|(dir, datagram)| {
+                let len = if *dir == Direction::ClientToServer { lens[0] } else { lens[1] };
+                packets(datagram, opts(ShortDcidLen::Known(len)))
+                    .flatten()
+                    .filter(|p| matches!(p.header, Header::Short(_)))
+                    .map(|p| (*dir, d.decrypt(*dir, &p, datagram)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(short.iter().all(|(_, r)| r.is_ok() == opens), "told {told:02x?}: {:?}", short.first());
+    }
 
     // Only the decoy: trial decryption gives up after a bounded number of packets.
     let (d, results) = decrypt_all(&capture, KeyLog::parse(&decoy), false);
