@@ -192,11 +192,6 @@ impl LiveDecrypt {
         }
     }
 
-    /// Handshakes tied to a connection by its Initial so far (remembered).
-    pub fn tied(&self) -> usize {
-        self.randoms.len()
-    }
-
     /// Hands the decryptors the secrets read so far, if they lack some. (A
     /// copy: the decryptors' log is shared by their connections; this runs
     /// only while a selected connection waits for its secrets.)
