@@ -46,6 +46,51 @@ impl Totals {
     }
 }
 
+/// The first lines of each failure's panic message, printed again just before
+/// the summary: a long run's log is often read from its end (or cut in the
+/// middle), and the failures are what it is read for.
+#[derive(Default)]
+struct Digest {
+    lines: Vec<String>,
+    /// Lines still to keep after a `panicked at` line.
+    keep: usize,
+}
+
+impl Digest {
+    const PER_FAILURE: usize = 4;
+    const MAX_LINES: usize = 80;
+
+    fn add(&mut self, line: &str) {
+        if self.lines.len() >= Self::MAX_LINES {
+            return;
+        }
+        if line.starts_with("---- ") && line.ends_with(" ----") {
+            self.lines.push(line.to_owned());
+            self.keep = 0;
+        } else if line.contains("panicked at ") {
+            self.lines.push(line.to_owned());
+            self.keep = Self::PER_FAILURE;
+        } else if self.keep > 0 {
+            self.keep -= 1;
+            if line.starts_with("stack backtrace:") {
+                self.keep = 0;
+            } else {
+                self.lines.push(line.chars().take(400).collect());
+            }
+        }
+    }
+
+    fn print(&self) {
+        if self.lines.is_empty() {
+            return;
+        }
+        println!("failures (the first lines of each):");
+        for l in &self.lines {
+            println!("  {l}");
+        }
+    }
+}
+
 pub fn test(args: &[String]) -> anyhow::Result<()> {
     let started = Instant::now();
     setup::setup(setup::Verbosity::Quiet, setup::Scope::All)?;
@@ -62,11 +107,13 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
 
     let mut child = cmd.stdout(Stdio::piped()).spawn().context("cannot start cargo test")?;
     let mut totals = Totals::default();
+    let mut digest = Digest::default();
     let stdout = child.stdout.take().context("no stdout from cargo test")?;
     let mut out = std::io::stdout().lock();
     for line in BufReader::new(stdout).lines() {
         let line = line.context("reading cargo test output")?;
         totals.add(&line);
+        digest.add(&line);
         writeln!(out, "{line}")?;
         out.flush()?;
     }
@@ -88,10 +135,37 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
          root-only tests print \"skipped: needs root\" when not root)",
         totals.suites
     );
+    digest.print();
     println!("summary: {} passed, {} failed, {} skipped", totals.passed, totals.failed, totals.ignored);
     if !status.success() {
         // The summary line above is the last word; just exit like cargo test did.
         std::process::exit(status.code().unwrap_or(101));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_keeps_each_failures_name_and_message_but_no_backtrace() {
+        let mut d = Digest::default();
+        for l in [
+            "running 2 tests",
+            "---- a stdout ----",
+            "",
+            "thread 'a' (1) panicked at hystall/tests/x.rs:3:5:",
+            "a: 1 right, 1 missed",
+            "stack backtrace:",
+            "   0: frame",
+            "test result: FAILED. 1 passed; 1 failed;",
+        ] {
+            d.add(l);
+        }
+        assert_eq!(
+            d.lines,
+            ["---- a stdout ----", "thread 'a' (1) panicked at hystall/tests/x.rs:3:5:", "a: 1 right, 1 missed"]
+        );
+    }
 }
