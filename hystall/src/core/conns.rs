@@ -11,7 +11,7 @@
 //! - obfuscated traffic (Salamander) has no readable header: it is grouped by
 //!   5-tuple and marked so, never merged by guesswork.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -57,8 +57,6 @@ pub struct Conn {
     /// Sums over the connection's flows.
     pub c2s: DirCounters,
     pub s2c: DirCounters,
-    /// Per second, per size class, over the last poll interval.
-    pub rate: Rates,
     pub opened_reported: bool,
     pub closed: Option<Mono>,
     /// What decrypted frames show (captures with a key log; live with `--decrypt`).
@@ -74,7 +72,9 @@ pub struct Conn {
     /// packets show the hop port and the client's the real one, and a client
     /// that moves to a new DCID must be read with the length already known.
     cid_len: Option<usize>,
-    /// Recent (time, c2s, s2c) sums, for rates over a few seconds.
+    /// (time, c2s, s2c) sums when they changed (one point a second at most),
+    /// for rates over a few seconds: the newest point at or before the
+    /// window's start, and those after it.
     history: std::collections::VecDeque<(Mono, DirCounters, DirCounters)>,
 }
 
@@ -127,6 +127,51 @@ impl Conn {
     pub fn dcid_hex(&self) -> Option<String> {
         self.dcid.as_ref().map(|c| c.to_string())
     }
+
+    /// Per second, per size class, over the last `RATE_WINDOW` before `now`
+    /// (computed when asked: the sums change only when a poll brings new
+    /// counters, and a quiet connection's rate falls as time passes).
+    pub fn rates(&self, now: Mono) -> Rates {
+        let from = Mono(now.0.saturating_sub(RATE_WINDOW.as_nanos() as u64));
+        // The sums at the window's start: the last point at or before it
+        // (nothing changed between it and the start); a younger connection
+        // counts from its first point.
+        let (t0, o_c2s, o_s2c) = match self.history.iter().rev().find(|(t, _, _)| *t <= from) {
+            Some((_, c2s, s2c)) => (from, c2s, s2c),
+            None => match self.history.front() {
+                Some((t, c2s, s2c)) => (*t, c2s, s2c),
+                None => return Rates::default(),
+            },
+        };
+        let secs = now.since(t0).as_secs_f64();
+        if secs <= 0.0 {
+            return Rates::default();
+        }
+        rates(o_c2s, o_s2c, &self.c2s, &self.s2c, secs)
+    }
+
+    /// Records the new sums (points a second apart at most; the last one is
+    /// always the newest sums, or a connection that went quiet would keep an
+    /// old rate), and forgets the points no rate window needs.
+    fn set_sums(&mut self, now: Mono, c2s: DirCounters, s2c: DirCounters) {
+        let n = self.history.len();
+        // The last point is provisional while it is less than a step after
+        // the one before: it moves to the newest sums.
+        if n >= 2 && self.history[n - 1].0.since(self.history[n - 2].0) < HISTORY_STEP {
+            self.history[n - 1] = (now, c2s, s2c);
+        } else {
+            self.history.push_back((now, c2s, s2c));
+        }
+        let from = Mono(now.0.saturating_sub(RATE_WINDOW.as_nanos() as u64));
+        while self.history.get(1).is_some_and(|(t, _, _)| *t <= from) {
+            self.history.pop_front();
+        }
+        self.c2s = c2s;
+        self.s2c = s2c;
+        if let Some(t) = c2s.last_any().max(s2c.last_any()) {
+            self.last_seen = self.last_seen.max(t);
+        }
+    }
 }
 
 /// What is known of one flow.
@@ -140,7 +185,6 @@ struct FlowState {
     /// Cumulative kernel counters when this flow joined its connection (a
     /// 5-tuple reused after an earlier connection on it closed).
     base: FlowCounters,
-    polled_at: Option<Mono>,
 }
 
 /// A change the table reports.
@@ -168,9 +212,16 @@ pub struct ConnTable {
     /// DCID length per server endpoint, learned from its long-header SCIDs.
     cid_len: HashMap<std::net::SocketAddr, usize>,
     next_id: u64,
-    /// Flows' counters or membership changed since the last tick: the sums
-    /// must be recomputed (a tick without a poll skips that O(flows) work).
-    recount: bool,
+    /// Connections whose flows' counters or membership changed since the
+    /// last tick: only their sums are recomputed (a node's poll brings every
+    /// flow, most of them unchanged).
+    dirty: HashSet<u64>,
+    /// Connections with more than one path: the only ones with paths to fold.
+    multipath: HashSet<u64>,
+    /// Connections closed by the last tick, for the sweep.
+    closing: Vec<u64>,
+    /// When idle paths were last looked for.
+    last_fold: Mono,
     /// No packet either way for this long: the connection is closed.
     pub idle_timeout: Duration,
 }
@@ -192,7 +243,10 @@ impl ConnTable {
             stale: Vec::new(),
             cid_len: HashMap::new(),
             next_id: 1,
-            recount: false,
+            dirty: HashSet::new(),
+            multipath: HashSet::new(),
+            closing: Vec::new(),
+            last_fold: Mono::ZERO,
             idle_timeout,
         }
     }
@@ -246,7 +300,6 @@ impl ConnTable {
                 last_seen: at,
                 c2s: DirCounters::default(),
                 s2c: DirCounters::default(),
-                rate: Rates::default(),
                 opened_reported: false,
                 closed: None,
                 frames: None,
@@ -354,6 +407,7 @@ impl ConnTable {
             Some(id) => {
                 if let Some(c) = self.conns.get_mut(&id) {
                     c.flows.push(flow);
+                    self.multipath.insert(id);
                 }
                 id
             }
@@ -361,7 +415,7 @@ impl ConnTable {
         };
         self.by_client.insert(flow.client, conn);
         self.flows.insert(flow, FlowState { conn, ..Default::default() });
-        self.recount = true;
+        self.dirty.insert(conn);
         conn
     }
 
@@ -418,9 +472,11 @@ impl ConnTable {
             }
         }
         let st = self.flows.get_mut(&flow).expect("inserted above");
-        st.counters = since(&counters, &st.base);
-        st.polled_at = Some(at);
-        self.recount = true;
+        let now = since(&counters, &st.base);
+        if st.counters != now {
+            st.counters = now;
+            self.dirty.insert(st.conn);
+        }
     }
 
     /// Folds the idle old paths of open connections into them: a client that
@@ -428,23 +484,27 @@ impl ConnTable {
     /// the kernel's flow map) for as long as it lives. The flow's figures stay
     /// in the sums; its kernel entry is offered for deletion by the next sweep.
     fn fold_idle_paths(&mut self, now: Mono) {
-        let idle: Vec<FlowId> = self
-            .flows
-            .iter()
-            .filter(|(f, st)| {
-                let last = st.counters.c2s.last_any().max(st.counters.s2c.last_any());
-                last.is_some_and(|t| now.since(t) >= self.idle_timeout)
-                    && self.conns.get(&st.conn).is_some_and(|c| c.closed.is_none() && c.flows.last() != Some(*f))
-            })
-            .map(|(f, _)| *f)
-            .collect();
-        self.recount |= !idle.is_empty();
+        let mut idle: Vec<FlowId> = Vec::new();
+        for id in &self.multipath {
+            let Some(c) = self.conns.get(id).filter(|c| c.closed.is_none()) else { continue };
+            let Some((_, old)) = c.flows.split_last() else { continue };
+            for f in old {
+                let last = self.flows.get(f).and_then(|st| st.counters.c2s.last_any().max(st.counters.s2c.last_any()));
+                if last.is_some_and(|t| now.since(t) >= self.idle_timeout) {
+                    idle.push(*f);
+                }
+            }
+        }
         for f in idle {
             let Some(st) = self.flows.remove(&f) else { continue };
             let Some(c) = self.conns.get_mut(&st.conn) else { continue };
+            self.dirty.insert(c.id);
             c.folded.0.add(&st.counters.c2s);
             c.folded.1.add(&st.counters.s2c);
             c.flows.retain(|x| *x != f);
+            if c.flows.len() < 2 {
+                self.multipath.remove(&c.id);
+            }
             if !c.flows.iter().any(|x| x.client == f.client) {
                 c.folded_clients += 1;
                 if self.by_client.get(&f.client) == Some(&c.id) {
@@ -461,58 +521,39 @@ impl ConnTable {
         }
     }
 
-    /// Recomputes sums and rates, closes idle connections; returns changes.
+    /// Recomputes the sums of the connections whose flows changed, closes
+    /// idle connections; returns changes.
     pub fn tick(&mut self, now: Mono) -> Vec<ConnChange> {
-        self.fold_idle_paths(now);
-        let mut sums: HashMap<u64, (DirCounters, DirCounters)> = HashMap::new();
-        // Only when a poll (or a new or folded path) changed them: the flow
-        // counters come every 500 ms, the ticks every 200.
-        if std::mem::take(&mut self.recount) {
-            for st in self.flows.values() {
-                let e = sums.entry(st.conn).or_default();
-                e.0.add(&st.counters.c2s);
-                e.1.add(&st.counters.s2c);
+        // Paths go idle over tens of seconds: a look a second is enough.
+        if now.since(self.last_fold) >= HISTORY_STEP {
+            self.last_fold = now;
+            self.fold_idle_paths(now);
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(c) = self.conns.get_mut(&id) else { continue };
+            let (mut c2s, mut s2c) = c.folded;
+            for f in &c.flows {
+                if let Some(st) = self.flows.get(f) {
+                    c2s.add(&st.counters.c2s);
+                    s2c.add(&st.counters.s2c);
+                }
             }
+            c.set_sums(now, c2s, s2c);
         }
         let mut out = Vec::new();
-        for c in self.conns.values_mut() {
-            if let Some((mut c2s, mut s2c)) = sums.remove(&c.id) {
-                c2s.add(&c.folded.0);
-                s2c.add(&c.folded.1);
-                // Rates over the last RATE_WINDOW: ACK-sized traffic is
-                // sparse. One point a second at most (bounded memory per
-                // connection); the rate runs to the newest counters.
-                if c.history.back().is_none_or(|(t, _, _)| now.since(*t) >= HISTORY_STEP) {
-                    c.history.push_back((now, c2s, s2c));
-                }
-                while c.history.len() > 2 && c.history.front().is_some_and(|(t, _, _)| now.since(*t) > RATE_WINDOW) {
-                    c.history.pop_front();
-                }
-                if let Some((t0, o_c2s, o_s2c)) = c.history.front() {
-                    let secs = now.since(*t0).as_secs_f64();
-                    if secs > 0.0 {
-                        c.rate = rates(o_c2s, o_s2c, &c2s, &s2c, secs);
-                    }
-                }
-                c.c2s = c2s;
-                c.s2c = s2c;
-                if let Some(t) = c.c2s.last_any().max(c.s2c.last_any()) {
-                    c.last_seen = c.last_seen.max(t);
-                }
+        for c in self.conns.values_mut().filter(|c| c.closed.is_none()) {
+            // Report once the grouping is settled (a DCID, or obfuscation
+            // seen), or after two seconds: a port hop must not look new.
+            let settled = c.grouping != Grouping::FiveTuple || now.since(c.first_seen) >= OPEN_AFTER;
+            if !c.opened_reported && settled {
+                c.opened_reported = true;
+                out.push(ConnChange::Opened(c.id));
             }
-            if c.closed.is_none() {
-                // Report once the grouping is settled (a DCID, or obfuscation
-                // seen), or after two seconds: a port hop must not look new.
-                let settled = c.grouping != Grouping::FiveTuple || now.since(c.first_seen) >= OPEN_AFTER;
-                if !c.opened_reported && settled {
-                    c.opened_reported = true;
-                    out.push(ConnChange::Opened(c.id));
-                }
-                if now.since(c.last_seen) >= self.idle_timeout {
-                    c.closed = Some(now);
-                    if c.opened_reported {
-                        out.push(ConnChange::Closed(c.id));
-                    }
+            if now.since(c.last_seen) >= self.idle_timeout {
+                c.closed = Some(now);
+                self.closing.push(c.id);
+                if c.opened_reported {
+                    out.push(ConnChange::Closed(c.id));
                 }
             }
         }
@@ -524,21 +565,28 @@ impl ConnTable {
     /// deletes them from the kernel map and says so with [`Self::forgotten`].
     pub fn sweep(&mut self) -> Vec<FlowId> {
         let mut out = std::mem::take(&mut self.stale);
-        let closed: BTreeSet<u64> = self.conns.values().filter(|c| c.closed.is_some()).map(|c| c.id).collect();
-        if closed.is_empty() {
-            return out;
+        for id in std::mem::take(&mut self.closing) {
+            let Some(c) = self.conns.remove(&id) else { continue };
+            self.multipath.remove(&id);
+            self.dirty.remove(&id);
+            for flow in &c.flows {
+                if let Some(st) = self.flows.remove(flow) {
+                    let mut total = st.counters.clone();
+                    total.c2s.add(&st.base.c2s);
+                    total.s2c.add(&st.base.s2c);
+                    self.retired.insert(*flow, total);
+                    out.push(*flow);
+                }
+                if self.by_client.get(&flow.client) == Some(&id) {
+                    self.by_client.remove(&flow.client);
+                }
+            }
+            if let Some(d) = c.dcid
+                && self.by_dcid.get(&d) == Some(&id)
+            {
+                self.by_dcid.remove(&d);
+            }
         }
-        self.conns.retain(|id, _| !closed.contains(id));
-        for (flow, st) in self.flows.iter().filter(|(_, f)| closed.contains(&f.conn)) {
-            let mut total = st.counters.clone();
-            total.c2s.add(&st.base.c2s);
-            total.s2c.add(&st.base.s2c);
-            self.retired.insert(*flow, total);
-            out.push(*flow);
-        }
-        self.flows.retain(|_, f| !closed.contains(&f.conn));
-        self.by_dcid.retain(|_, id| !closed.contains(id));
-        self.by_client.retain(|_, id| !closed.contains(id));
         out
     }
 
@@ -619,6 +667,44 @@ mod tests {
 
     fn sample(flow: FlowId, dir: Dir, bytes: Vec<u8>) -> HeaderSample {
         HeaderSample { flow, dir, payload_len: bytes.len() as u32, segs: 1, bytes }
+    }
+
+    /// Counters of `packets` full-size client packets of 1,000 bytes, the last at `at`.
+    fn bulk(packets: u64, at: f64) -> FlowCounters {
+        let mut c = FlowCounters::default();
+        c.c2s.packets[2] = packets;
+        c.c2s.bytes[2] = packets * 1000;
+        c.c2s.last[2] = Some(s(at));
+        c.c2s.first = Some(s(0.0));
+        c
+    }
+
+    #[test]
+    fn rates_follow_the_polls_and_fall_to_zero_when_a_connection_goes_quiet() {
+        let mut t = ConnTable::default();
+        let a = flow(50000, 443);
+        // 100 packets a second for 10 s, polled every 500 ms.
+        for i in 0..=20 {
+            let at = i as f64 * 0.5;
+            t.counters(s(at), a, bulk(50 * i, at));
+            t.tick(s(at));
+        }
+        let c = t.get(t.conn_of(&a).unwrap()).unwrap();
+        let r = c.rates(s(10.0));
+        assert!((r.c2s_pps[2] - 100.0).abs() <= 10.0, "{r:?}");
+        assert!((r.c2s_bps[2] - 100_000.0).abs() <= 10_000.0, "{r:?}");
+        // Then nothing new: polls bring the same counters (no work for the
+        // tick), and the rate falls as time passes.
+        for i in 21..=40 {
+            let at = i as f64 * 0.5;
+            t.counters(s(at), a, bulk(1000, 10.0));
+            assert!(t.dirty.is_empty(), "unchanged counters make nothing to recount");
+            t.tick(s(at));
+        }
+        let c = t.get(t.conn_of(&a).unwrap()).unwrap();
+        assert!(c.rates(s(12.5)).c2s_pps[2] > 0.0);
+        assert_eq!(c.rates(s(16.0)).c2s_pps[2], 0.0);
+        assert!(c.history.len() <= 8, "bounded: {}", c.history.len());
     }
 
     #[test]

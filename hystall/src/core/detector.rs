@@ -21,7 +21,7 @@
 //! reach its target right after they arrive on the connection). Its share of the
 //! score against the other candidates is reported as the strength.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -191,14 +191,22 @@ impl Detector {
         // Stalled targets no evidence ties to one connection, by the
         // connections they may belong to (once a tick: O(targets)).
         let mut maybe: HashMap<u64, usize> = HashMap::new();
+        // Connections with a stalled target linked: with those with
+        // decrypted frames, the only ones that can be starved (need ≥ 1); the
+        // others are skipped without a look at their links.
+        let mut with_stalled: HashSet<u64> = HashSet::new();
         for s in socks.iter().filter(|s| stalled(s.k.cookie)) {
-            if let Some(t) = links.target(s.k.cookie)
-                && t.link.is_none()
-                && !t.other_inbound
-            {
-                for &c in t.maybe() {
-                    *maybe.entry(c).or_default() += 1;
+            let Some(t) = links.target(s.k.cookie) else { continue };
+            match &t.link {
+                Some(l) => {
+                    with_stalled.insert(l.conn);
                 }
+                None if !t.other_inbound => {
+                    for &c in t.maybe() {
+                        *maybe.entry(c).or_default() += 1;
+                    }
+                }
+                None => {}
             }
         }
 
@@ -207,6 +215,9 @@ impl Detector {
         let mut now_starved: HashMap<u64, Starved> = HashMap::new();
         let alive = conns.iter().filter(|c| c.closed.is_none() && c.opened_reported && c.alive(now, cfg.alive_window));
         for c in alive {
+            if c.frames.is_none() && !with_stalled.contains(&c.id) {
+                continue;
+            }
             // Never saw client bulk since we attached: it stopped before that.
             let bulk = c.last_bulk(Dir::C2s).unwrap_or(c.first_seen);
             let quiet = now.since(bulk) >= cfg.bulk_quiet;
@@ -362,7 +373,7 @@ fn info(
         .or_else(|| st.pid.and_then(|pid| socks.iter().find(|s| s.k.pid == pid && !s.k.comm.is_empty())))
         .map(|s| s.k.comm.clone())
         .unwrap_or_default();
-    let rate = &c.rate;
+    let rate = &c.rates(now);
     StarvedInfo {
         conn: c.id,
         client: base.client,

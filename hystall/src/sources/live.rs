@@ -96,8 +96,9 @@ pub struct Live {
     /// new sockets): unconnected UDP sockets, TCP sockets (one cache per
     /// kind: each forgets the inodes it is not asked about); and each TCP
     /// socket's blocking mode once read.
-    udp_owners: super::fd_owners::FdOwners,
-    tcp_owners: super::fd_owners::FdOwners,
+    /// Who holds the sockets asked about (one walk of the fds serves the UDP
+    /// candidates and the blocking TCP check).
+    fd_owners: super::fd_owners::FdOwners,
     blocking: HashMap<u32, bool>,
     /// The watched processes that hold blocking TCP sockets, and their
     /// threads found inside a send syscall.
@@ -171,8 +172,7 @@ impl Live {
             procs: Default::default(),
             flow_keys: HashMap::new(),
             flows_evicted: 0,
-            udp_owners: Default::default(),
-            tcp_owners: Default::default(),
+            fd_owners: Default::default(),
             blocking: HashMap::new(),
             blocking_pids: HashSet::new(),
             parked: Default::default(),
@@ -201,7 +201,7 @@ impl Live {
         self.last_blocking_check = now;
         // With no selection: the processes whose sockets the kernel tracks.
         let pids = if self.mode.filters() { self.pids.clone() } else { self.probes.sock_owners() };
-        let (owners, blocking) = (&mut self.tcp_owners, &mut self.blocking);
+        let (owners, blocking) = (&mut self.fd_owners, &mut self.blocking);
         let found = match self.diag.as_mut() {
             Some(d) => seed::has_blocking_tcp(d, &pids, owners, blocking),
             None => HashSet::new(),
@@ -223,7 +223,7 @@ impl Live {
         if self.mode.filters()
             && let Some(diag) = self.diag.as_mut()
         {
-            let socks = quic::unconnected_udp(diag, &self.pids, &mut self.udp_owners);
+            let socks = quic::unconnected_udp(diag, &self.pids, &mut self.fd_owners);
             // Configs are read once per process (a restart is a new pid).
             self.configs.retain(|pid, _| self.pids.contains(pid));
             for &pid in &self.pids {

@@ -3,6 +3,9 @@
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::time::Duration;
+
+use super::fd_owners::FdOwners;
 
 /// Process names of QUIC proxy servers, for the default selection.
 pub const KNOWN_PROXIES: &[&str] = &[
@@ -121,7 +124,7 @@ pub struct ProcCache {
     entries: std::collections::HashMap<u32, (crate::core::time::Mono, String, HashSet<u16>)>,
     /// Per process, which listening sockets it holds (its fds are read again
     /// only when a listener is new).
-    owners: std::collections::HashMap<u32, super::fd_owners::FdOwners>,
+    owners: std::collections::HashMap<u32, FdOwners>,
 }
 
 impl ProcCache {
@@ -139,7 +142,7 @@ impl ProcCache {
             let comm = comm_of(pid).unwrap_or_default();
             let listeners = listeners();
             let inodes: HashSet<u32> = listeners.keys().copied().collect();
-            let held = self.owners.entry(pid).or_default().resolve(&HashSet::from([pid]), &inodes);
+            let held = self.owners.entry(pid).or_insert_with(|| FdOwners::with_gap(Duration::ZERO)).resolve(&HashSet::from([pid]), &inodes);
             let ports = held.keys().filter_map(|i| listeners.get(i).copied()).collect();
             self.entries.insert(pid, (now, comm, ports));
         }

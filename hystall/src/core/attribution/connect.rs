@@ -4,44 +4,51 @@
 //! tells, for every connection, when its last client packet was: one whose
 //! last packet is older than the window cannot have sent the request.
 
+use std::cmp::Reverse;
 use std::time::Duration;
 
 use crate::core::conns::{Conn, ConnTable};
-
-/// The open connections with a client packet since `from`: what the
-/// connects of one poll are matched against (built once per poll, not
-/// once per connect over every connection).
-pub fn recent(conns: &ConnTable, from: Mono) -> Vec<&Conn> {
-    conns.iter().filter(|c| c.closed.is_none() && c.c2s.last_any().is_some_and(|t| t >= from)).collect()
-}
 use crate::core::time::Mono;
+
+/// The open connections with a client packet since `from`, the most recently
+/// active first: what the connects of one poll are matched against (built
+/// and sorted once per poll; each connect then reads only the front of it).
+pub fn recent(conns: &ConnTable, from: Mono) -> Vec<&Conn> {
+    let mut out: Vec<&Conn> =
+        conns.iter().filter(|c| c.closed.is_none() && c.c2s.last_any().is_some_and(|t| t >= from)).collect();
+    out.sort_unstable_by_key(|c| Reverse((c.c2s.last_any(), c.id)));
+    out
+}
 
 /// The connections of `pid` that may have sent the request for a connect at
 /// `at` (at most `max`, the most recently active first), and whether more
-/// were possible than are kept. Called with the connections as of the first
-/// flow poll after the connect.
+/// were possible than are kept. `recent` is [`recent`]'s list, as of the
+/// first flow poll after the connect.
 pub fn candidates(
     at: Mono,
     pid: u32,
     window: Duration,
     max: usize,
-    conns: &[&Conn],
+    recent: &[&Conn],
     owner_of: &dyn Fn(&Conn) -> Option<u32>,
 ) -> (Vec<u64>, bool) {
     let from = Mono(at.0.saturating_sub(window.as_nanos() as u64));
-
-    let mut out: Vec<(Mono, u64)> = conns
-        .iter()
-        .copied()
+    let mut out = Vec::new();
+    for c in recent {
+        // Sorted by last client packet: the rest are older still.
+        if c.c2s.last_any().is_none_or(|t| t < from) {
+            break;
+        }
         // Its first client packet, as the kernel stamped it (the connection
         // itself may be set up from a later poll or sample).
-        .filter(|c| c.closed.is_none() && c.c2s.first.unwrap_or(c.first_seen).min(c.first_seen) <= at)
-        .filter(|c| c.c2s.last_any().is_some_and(|t| t >= from))
-        .filter(|c| owner_of(c).is_none_or(|p| p == pid || pid == 0))
-        .map(|c| (c.c2s.last_any().unwrap_or_default(), c.id))
-        .collect();
-    let crowded = out.len() > max;
-    out.sort_by(|a, b| b.cmp(a));
-    out.truncate(max);
-    (out.into_iter().map(|(_, id)| id).collect(), crowded)
+        let began = c.c2s.first.unwrap_or(c.first_seen).min(c.first_seen) <= at;
+        if c.closed.is_some() || !began || owner_of(c).is_some_and(|p| p != pid && pid != 0) {
+            continue;
+        }
+        if out.len() == max {
+            return (out, true);
+        }
+        out.push(c.id);
+    }
+    (out, false)
 }
