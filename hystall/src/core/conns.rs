@@ -11,7 +11,9 @@
 //! - obfuscated traffic (Salamander) has no readable header: it is grouped by
 //!   5-tuple and marked so, never merged by guesswork.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use foldhash::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -60,7 +62,7 @@ pub struct Conn {
     pub opened_reported: bool,
     pub closed: Option<Mono>,
     /// What decrypted frames show (captures with a key log; live with `--decrypt`).
-    pub frames: Option<super::frames::FrameState>,
+    pub frames: Option<Box<super::frames::FrameState>>,
     /// Counters of the paths this connection left (a port-hopping client's
     /// old 5-tuples, idle past the timeout): folded in so their flows can go.
     folded: (DirCounters, DirCounters),
@@ -75,7 +77,23 @@ pub struct Conn {
     /// (time, c2s, s2c) sums when they changed (one point a second at most),
     /// for rates over a few seconds: the newest point at or before the
     /// window's start, and those after it.
-    history: std::collections::VecDeque<(Mono, DirCounters, DirCounters)>,
+    history: std::collections::VecDeque<Point>,
+}
+
+/// Packets and bytes per size class, both ways, at one time: a rate point
+/// (without the times a `DirCounters` keeps: a node keeps tens of thousands
+/// of connections, each with a few points).
+#[derive(Clone, Copy, Debug)]
+struct Point {
+    at: Mono,
+    /// c2s packets, c2s bytes, s2c packets, s2c bytes.
+    n: [[u64; 3]; 4],
+}
+
+impl Point {
+    fn of(at: Mono, c2s: &DirCounters, s2c: &DirCounters) -> Point {
+        Point { at, n: [c2s.packets, c2s.bytes, s2c.packets, s2c.bytes] }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -136,10 +154,10 @@ impl Conn {
         // The sums at the window's start: the last point at or before it
         // (nothing changed between it and the start); a younger connection
         // counts from its first point.
-        let (t0, o_c2s, o_s2c) = match self.history.iter().rev().find(|(t, _, _)| *t <= from) {
-            Some((_, c2s, s2c)) => (from, c2s, s2c),
+        let (t0, old) = match self.history.iter().rev().find(|p| p.at <= from) {
+            Some(p) => (from, p),
             None => match self.history.front() {
-                Some((t, c2s, s2c)) => (*t, c2s, s2c),
+                Some(p) => (p.at, p),
                 None => return Rates::default(),
             },
         };
@@ -147,7 +165,7 @@ impl Conn {
         if secs <= 0.0 {
             return Rates::default();
         }
-        rates(o_c2s, o_s2c, &self.c2s, &self.s2c, secs)
+        rates(old, &Point::of(now, &self.c2s, &self.s2c), secs)
     }
 
     /// Records the new sums (points a second apart at most; the last one is
@@ -157,13 +175,14 @@ impl Conn {
         let n = self.history.len();
         // The last point is provisional while it is less than a step after
         // the one before: it moves to the newest sums.
-        if n >= 2 && self.history[n - 1].0.since(self.history[n - 2].0) < HISTORY_STEP {
-            self.history[n - 1] = (now, c2s, s2c);
+        let point = Point::of(now, &c2s, &s2c);
+        if n >= 2 && self.history[n - 1].at.since(self.history[n - 2].at) < HISTORY_STEP {
+            self.history[n - 1] = point;
         } else {
-            self.history.push_back((now, c2s, s2c));
+            self.history.push_back(point);
         }
         let from = Mono(now.0.saturating_sub(RATE_WINDOW.as_nanos() as u64));
-        while self.history.get(1).is_some_and(|(t, _, _)| *t <= from) {
+        while self.history.get(1).is_some_and(|p| p.at <= from) {
             self.history.pop_front();
         }
         self.c2s = c2s;
@@ -235,16 +254,16 @@ impl Default for ConnTable {
 impl ConnTable {
     pub fn new(idle_timeout: Duration) -> Self {
         ConnTable {
-            conns: HashMap::new(),
-            flows: HashMap::new(),
-            by_dcid: HashMap::new(),
-            by_client: HashMap::new(),
-            retired: HashMap::new(),
+            conns: HashMap::default(),
+            flows: HashMap::default(),
+            by_dcid: HashMap::default(),
+            by_client: HashMap::default(),
+            retired: HashMap::default(),
             stale: Vec::new(),
-            cid_len: HashMap::new(),
+            cid_len: HashMap::default(),
             next_id: 1,
-            dirty: HashSet::new(),
-            multipath: HashSet::new(),
+            dirty: HashSet::default(),
+            multipath: HashSet::default(),
             closing: Vec::new(),
             last_fold: Mono::ZERO,
             idle_timeout,
@@ -264,7 +283,7 @@ impl ConnTable {
         if let Some(id) = self.conn_of(&sample.flow)
             && let Some(c) = self.conns.get_mut(&id)
         {
-            c.frames = Some(sample.state);
+            c.frames = Some(Box::new(sample.state));
         }
     }
 
@@ -430,7 +449,7 @@ impl ConnTable {
 
     /// Fresh counters of every flow (cumulative, as the kernel keeps them).
     pub fn poll(&mut self, at: Mono, flows: Vec<(FlowId, FlowCounters)>) {
-        let present: std::collections::HashSet<FlowId> = flows.iter().map(|(f, _)| *f).collect();
+        let present: HashSet<FlowId> = flows.iter().map(|(f, _)| *f).collect();
         self.retired.retain(|f, _| present.contains(f));
         for (flow, c) in flows {
             self.counters(at, flow, c);
@@ -444,39 +463,41 @@ impl ConnTable {
 
     /// Fresh counters of one flow (cumulative, as the kernel keeps them).
     pub fn counters(&mut self, at: Mono, flow: FlowId, counters: FlowCounters) {
-        let mut base = FlowCounters::default();
-        // Server packets alone on an unknown path (a closed connection's late
-        // close, its kernel entry already deleted) are no connection.
-        if !self.flows.contains_key(&flow) && counters.c2s.total_packets() == 0 && !self.client_has_open_conn(&flow) {
+        // A known flow (nearly every one of a poll): one lookup.
+        if let Some(st) = self.flows.get_mut(&flow) {
+            let now = since(&counters, &st.base);
+            if st.counters != now {
+                st.counters = now;
+                self.dirty.insert(st.conn);
+            }
             return;
         }
-        if !self.flows.contains_key(&flow) {
-            if let Some(old) = self.retired.get_mut(&flow) {
-                // Nothing new from the client: the closed connection's last
-                // figures, or a server's late packets (a retransmitted close, a
-                // PTO probe) — only a client opens a connection.
-                if old.c2s.total_packets() == counters.c2s.total_packets() {
-                    *old = counters;
-                    if self.stale.len() < MAX_STALE {
-                        self.stale.push(flow);
-                    }
-                    return;
+        // Server packets alone on an unknown path (a closed connection's late
+        // close, its kernel entry already deleted) are no connection.
+        if counters.c2s.total_packets() == 0 && !self.client_has_open_conn(&flow) {
+            return;
+        }
+        let mut base = FlowCounters::default();
+        if let Some(old) = self.retired.get_mut(&flow) {
+            // Nothing new from the client: the closed connection's last
+            // figures, or a server's late packets (a retransmitted close, a
+            // PTO probe) — only a client opens a connection.
+            if old.c2s.total_packets() == counters.c2s.total_packets() {
+                *old = counters;
+                if self.stale.len() < MAX_STALE {
+                    self.stale.push(flow);
                 }
-                base = old.clone();
-                self.retired.remove(&flow);
+                return;
             }
-            // Counted before any sample reached us.
-            self.attach_flow(flow, None, at);
-            if let Some(st) = self.flows.get_mut(&flow) {
-                st.base = base;
-            }
+            base = old.clone();
+            self.retired.remove(&flow);
         }
-        let st = self.flows.get_mut(&flow).expect("inserted above");
-        let now = since(&counters, &st.base);
-        if st.counters != now {
-            st.counters = now;
-            self.dirty.insert(st.conn);
-        }
+        // Counted before any sample reached us.
+        let conn = self.attach_flow(flow, None, at);
+        let st = self.flows.get_mut(&flow).expect("attached");
+        st.counters = since(&counters, &base);
+        st.base = base;
+        self.dirty.insert(conn);
     }
 
     /// Folds the idle old paths of open connections into them: a client that
@@ -622,14 +643,14 @@ fn since(now: &FlowCounters, base: &FlowCounters) -> FlowCounters {
     FlowCounters { c2s: d(&now.c2s, &base.c2s), s2c: d(&now.s2c, &base.s2c) }
 }
 
-fn rates(old_c2s: &DirCounters, old_s2c: &DirCounters, c2s: &DirCounters, s2c: &DirCounters, secs: f64) -> Rates {
+fn rates(old: &Point, new: &Point, secs: f64) -> Rates {
     let per = |new: u64, old: u64| new.saturating_sub(old) as f64 / secs.max(1e-3);
     let mut r = Rates::default();
     for i in 0..3 {
-        r.c2s_pps[i] = per(c2s.packets[i], old_c2s.packets[i]);
-        r.c2s_bps[i] = per(c2s.bytes[i], old_c2s.bytes[i]);
-        r.s2c_pps[i] = per(s2c.packets[i], old_s2c.packets[i]);
-        r.s2c_bps[i] = per(s2c.bytes[i], old_s2c.bytes[i]);
+        r.c2s_pps[i] = per(new.n[0][i], old.n[0][i]);
+        r.c2s_bps[i] = per(new.n[1][i], old.n[1][i]);
+        r.s2c_pps[i] = per(new.n[2][i], old.n[2][i]);
+        r.s2c_bps[i] = per(new.n[3][i], old.n[3][i]);
     }
     r
 }

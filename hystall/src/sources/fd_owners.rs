@@ -11,13 +11,12 @@ use std::ffi::CString;
 use std::os::fd::AsRawFd as _;
 use std::time::{Duration, Instant};
 
+use super::pace::Pace;
+
 /// At most one walk of the fds this often: a node makes new sockets all the
 /// time (UDP relays, short targets), and one walk answers every question
 /// asked until the next (the UDP candidates and the blocking TCP check share it).
 const MIN_GAP: Duration = Duration::from_secs(1);
-/// And walks take at most 1/this of the time: a process with tens of
-/// thousands of fds is walked less often.
-const TIME_SHARE: u32 = 50;
 /// Inodes found held by no watched process are remembered while asked about;
 /// unasked for this long, they are forgotten.
 const ELSEWHERE_KEEP: Duration = Duration::from_secs(10);
@@ -37,10 +36,9 @@ pub struct FdOwners {
     /// Inodes asked for at a walk and held by none of them, with when they
     /// were last asked for.
     elsewhere: HashMap<u32, Instant>,
-    walked: Option<Instant>,
-    min_gap: Duration,
-    /// How long the last walk took.
-    cost: Duration,
+    /// Walks are paced (a process with tens of thousands of fds is walked
+    /// less often).
+    pace: Pace,
     /// `/proc/PID/fd` walks so far (for tests and the log).
     pub scans: u64,
 }
@@ -58,9 +56,7 @@ impl FdOwners {
             pids: HashSet::new(),
             held: HashMap::new(),
             elsewhere: HashMap::new(),
-            walked: None,
-            min_gap,
-            cost: Duration::ZERO,
+            pace: Pace::every(min_gap),
             scans: 0,
         }
     }
@@ -69,7 +65,7 @@ impl FdOwners {
     /// holds, and new ones until the next walk is due, are left out).
     pub fn resolve(&mut self, pids: &HashSet<u32>, inodes: &HashSet<u32>) -> HashMap<u32, Holder> {
         if *pids != self.pids {
-            *self = FdOwners { pids: pids.clone(), scans: self.scans, ..FdOwners::with_gap(self.min_gap) };
+            *self = FdOwners { pids: pids.clone(), scans: self.scans, ..FdOwners::with_gap(self.pace.min()) };
         }
         let now = Instant::now();
         let mut new = false;
@@ -80,13 +76,10 @@ impl FdOwners {
                 new = true;
             }
         }
-        let gap = if self.min_gap.is_zero() { Duration::ZERO } else { self.min_gap.max(self.cost * TIME_SHARE) };
-        if new && self.walked.is_none_or(|t| now.duration_since(t) >= gap) {
-            self.walked = Some(now);
+        if new && self.pace.due() {
             self.scans += 1;
-            self.held = walk(pids);
-            self.cost = now.elapsed();
-            tracing::debug!(sockets = self.held.len(), took = ?self.cost, "fds walked");
+            self.held = self.pace.run(|| walk(pids));
+            tracing::debug!(sockets = self.held.len(), took = ?self.pace.cost(), "fds walked");
             self.elsewhere.retain(|_, asked| now.duration_since(*asked) < ELSEWHERE_KEEP);
             self.elsewhere.extend(inodes.iter().filter(|i| !self.held.contains_key(i)).map(|i| (*i, now)));
         }

@@ -13,6 +13,7 @@ use netlink_packet_sock_diag::inet::StateFlags;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
+use super::pace::Pace;
 use super::probes::tc::Iface;
 use super::probes::upkeep::MapFill;
 use super::probes::{ProbeConfig, ProbeError, Probes};
@@ -83,21 +84,20 @@ pub struct Live {
     last_dump: Mono,
     /// Cookies already seeded (never twice).
     seeded: HashSet<u64>,
-    last_blocking_check: Mono,
+    /// The blocking check and the UDP socket dump, paced by their cost.
+    blocking_pace: Pace,
+    udp_pace: Pace,
     /// Observations made outside `poll` (start-up), handed out by the next poll.
     pending: Vec<Observation>,
     procs: procs::ProcCache,
     /// The kernel key of each flow of the last poll (to delete closed ones).
-    flow_keys: HashMap<FlowId, FlowKey>,
+    flow_keys: foldhash::HashMap<FlowId, FlowKey>,
     /// Flows the kernel's LRU map dropped to make room (gone between two
     /// reads without our deleting them): the map is too small for the node.
     flows_evicted: u64,
     /// Socket inodes → the watched process holding them (fds read only for
-    /// new sockets): unconnected UDP sockets, TCP sockets (one cache per
-    /// kind: each forgets the inodes it is not asked about); and each TCP
-    /// socket's blocking mode once read.
-    /// Who holds the sockets asked about (one walk of the fds serves the UDP
-    /// candidates and the blocking TCP check).
+    /// new sockets; one walk serves the UDP candidates and the blocking TCP
+    /// check); and each TCP socket's blocking mode once read.
     fd_owners: super::fd_owners::FdOwners,
     blocking: HashMap<u32, bool>,
     /// The watched processes that hold blocking TCP sockets, and their
@@ -167,10 +167,12 @@ impl Live {
             inodes: HashMap::new(),
             last_dump: Mono::ZERO,
             seeded: HashSet::new(),
-            last_blocking_check: Mono::ZERO,
+            blocking_pace: Pace::every(BLOCKING_CHECK_EVERY),
+            // A little under the rescan period: a cheap dump runs at every rescan.
+            udp_pace: Pace::every(RESCAN_EVERY.saturating_sub(Duration::from_millis(100))),
             pending: Vec::new(),
             procs: Default::default(),
-            flow_keys: HashMap::new(),
+            flow_keys: Default::default(),
             flows_evicted: 0,
             fd_owners: Default::default(),
             blocking: HashMap::new(),
@@ -195,15 +197,14 @@ impl Live {
     /// read for it); when the first appears, looks again for sockets that got
     /// stuck before (a writer parked since before we attached).
     fn blocking_writers(&mut self, now: Mono) {
-        if now.since(self.last_blocking_check) < BLOCKING_CHECK_EVERY && self.last_blocking_check != Mono::ZERO {
+        if !self.blocking_pace.due() {
             return;
         }
-        self.last_blocking_check = now;
         // With no selection: the processes whose sockets the kernel tracks.
         let pids = if self.mode.filters() { self.pids.clone() } else { self.probes.sock_owners() };
         let (owners, blocking) = (&mut self.fd_owners, &mut self.blocking);
         let found = match self.diag.as_mut() {
-            Some(d) => seed::has_blocking_tcp(d, &pids, owners, blocking),
+            Some(d) => self.blocking_pace.run(|| seed::has_blocking_tcp(d, &pids, owners, blocking)),
             None => HashSet::new(),
         };
         let first = self.blocking_pids.is_empty() && !found.is_empty();
@@ -221,9 +222,11 @@ impl Live {
     /// first time there is a port to watch.
     fn refresh_ports(&mut self) -> Result<(), ProbeError> {
         if self.mode.filters()
+            && self.udp_pace.due()
             && let Some(diag) = self.diag.as_mut()
         {
-            let socks = quic::unconnected_udp(diag, &self.pids, &mut self.fd_owners);
+            let (pids, owners) = (&self.pids, &mut self.fd_owners);
+            let socks = self.udp_pace.run(|| quic::unconnected_udp(diag, pids, owners));
             // Configs are read once per process (a restart is a new pid).
             self.configs.retain(|pid, _| self.pids.contains(pid));
             for &pid in &self.pids {
@@ -489,7 +492,7 @@ impl Live {
                     self.probes.forget_flow(k);
                 }
             }
-            let keys: HashMap<FlowId, FlowKey> = kernel.iter().map(|(k, _)| (quic::flow_id(k), *k)).collect();
+            let keys: foldhash::HashMap<FlowId, FlowKey> = kernel.iter().map(|(k, _)| (quic::flow_id(k), *k)).collect();
             let evicted = self.flow_keys.keys().filter(|f| !keys.contains_key(f)).count() as u64;
             tracing::debug!(flows = keys.len(), before = self.flow_keys.len(), evicted, "flow map read");
             self.flows_evicted += evicted;

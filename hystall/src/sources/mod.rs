@@ -12,6 +12,7 @@ pub mod hysteria_api;
 pub mod live;
 pub mod nft;
 pub mod offline;
+pub mod pace;
 pub mod parked;
 pub mod probes;
 pub mod procs;

@@ -33,6 +33,11 @@ use crate::core::quic::{Peek, VERSION_1, VERSION_2, VERSION_DRAFT_29};
 /// Samples held per candidate port until it is decided (the handshake of the
 /// connection that proves it, and a few of the flows before it).
 const HELD_PER_PORT: usize = 64;
+/// And only those of the last few seconds: a node's proxy has thousands of
+/// UDP sockets that stay candidates (relays, its own client sockets opened
+/// before we came), and what a connection sends keeps being sampled after
+/// its port is proven.
+const HELD_FOR_NS: u64 = 10_000_000_000;
 /// Flows remembered per candidate port (who spoke first).
 const FLOWS_PER_PORT: usize = 4096;
 
@@ -371,7 +376,7 @@ fn first_initial(bytes: &[u8]) -> bool {
 }
 
 fn hold(held: &mut VecDeque<FlowSample>, s: FlowSample) {
-    if held.len() == HELD_PER_PORT {
+    while held.len() == HELD_PER_PORT || held.front().is_some_and(|h| s.ts_ns.saturating_sub(h.ts_ns) > HELD_FOR_NS) {
         held.pop_front();
     }
     held.push_back(s);

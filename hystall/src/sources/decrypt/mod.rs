@@ -227,7 +227,7 @@ impl LiveDecrypt {
 
     /// Reads the suspects' flows: the snips of all, the packets of those to
     /// pass (`Suspect::pass`; the kernel passes exactly those).
-    pub fn select(&mut self, probes: &mut Probes, suspects: &[Suspect], keys: &HashMap<FlowId, FlowKey>) {
+    pub fn select(&mut self, probes: &mut Probes, suspects: &[Suspect], keys: &foldhash::HashMap<FlowId, FlowKey>) {
         let mut want: HashMap<FlowId, (FlowKey, Option<usize>, bool, Option<ClientRandom>)> = HashMap::new();
         for s in suspects {
             // Its handshake's random, from the Initial of its first flow.

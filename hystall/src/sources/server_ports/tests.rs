@@ -216,3 +216,20 @@ fn a_port_the_proxys_config_names_is_a_server_port_at_once() {
     assert!(p.take_change().unwrap().contains("found 40000 (named by the proxy's config)"));
     assert!(p.info("x".into()).ports[0].why.contains("/etc/sing-box/config.json"));
 }
+
+#[test]
+fn a_candidate_holds_only_its_last_seconds() {
+    let mut p = ServerPorts::new(HashSet::new(), RANGE, true);
+    p.update(&[sock(SERVER, 1)]);
+    let sec = 1_000_000_000;
+    // One sample every 5 s for a minute, as an idle connection's keepalives.
+    for i in 0..12u64 {
+        let (s, f) = sample(key(5000, SERVER), DIR_C2S, i * 5 * sec, &short());
+        assert!(p.on_sample(s, f).is_empty());
+    }
+    // Proven: what it hands on is the last 10 s, not the minute.
+    let (s, f) = sample(key(5001, SERVER), DIR_C2S, 56 * sec, &long(VERSION_1, 0, 8, 4));
+    let out = p.on_sample(s, f);
+    assert_eq!(out.len(), 4, "samples at 45, 50 and 55 s, and the Initial");
+    assert!(out.iter().all(|s| s.ts_ns >= 45 * sec));
+}
