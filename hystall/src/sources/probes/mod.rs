@@ -130,12 +130,20 @@ impl Probes {
         let filter: u8 = cfg.filter_pids.into();
         let decrypt: u8 = cfg.decrypt.into();
 
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .override_global("SOCK_OFFSETS", &sock_offsets, true)
             .override_global("TP_OFFSETS", &tp, true)
             .override_global("SEND_SYSCALLS", &calls, true)
             .override_global("FILTER_PIDS", &filter, true)
-            .override_global("DECRYPT", &decrypt, true)
+            .override_global("DECRYPT", &decrypt, true);
+        if !cfg.decrypt {
+            // The maps only --decrypt writes: the smallest the kernel takes
+            // (the snips map alone is 21 MiB, allocated up front).
+            let page = page_size();
+            loader.map_max_entries("SNIPPED", 1).map_max_entries("PACKETS", page).map_max_entries("SECRETS", page);
+        }
+        let mut ebpf = loader
             .load(EBPF_OBJECT)
             .map_err(|e| if is_eperm(&e) { ProbeError::NotPermitted } else { ProbeError::Load(e.to_string()) })?;
 
@@ -448,4 +456,11 @@ fn raise_memlock() {
     let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: setrlimit with a valid struct; failure only matters on old kernels.
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+}
+
+/// The kernel's page size (ring buffers are a power-of-two number of pages).
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(n).ok().filter(|n| n.is_power_of_two()).unwrap_or(4096)
 }
