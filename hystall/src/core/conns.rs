@@ -239,8 +239,12 @@ pub struct ConnTable {
     multipath: HashSet<u64>,
     /// Connections closed by the last tick, for the sweep.
     closing: Vec<u64>,
-    /// When idle paths were last looked for.
+    /// When idle paths and idle connections were last looked for.
     last_fold: Mono,
+    /// Open connections not reported yet (their grouping may still settle).
+    unreported: HashSet<u64>,
+    /// Connections with decrypted-frame figures.
+    framed: HashSet<u64>,
     /// No packet either way for this long: the connection is closed.
     pub idle_timeout: Duration,
 }
@@ -266,6 +270,8 @@ impl ConnTable {
             multipath: HashSet::default(),
             closing: Vec::new(),
             last_fold: Mono::ZERO,
+            unreported: HashSet::default(),
+            framed: HashSet::default(),
             idle_timeout,
         }
     }
@@ -278,12 +284,18 @@ impl ConnTable {
         self.conns.values()
     }
 
+    /// The connections with decrypted-frame figures.
+    pub fn framed(&self) -> impl Iterator<Item = &Conn> {
+        self.framed.iter().filter_map(|id| self.conns.get(id))
+    }
+
     /// Decrypted-frame figures for the connection of `sample.flow` (offline).
     pub fn frames(&mut self, sample: super::frames::FrameSample) {
         if let Some(id) = self.conn_of(&sample.flow)
             && let Some(c) = self.conns.get_mut(&id)
         {
             c.frames = Some(Box::new(sample.state));
+            self.framed.insert(id);
         }
     }
 
@@ -308,6 +320,7 @@ impl ConnTable {
     fn new_conn(&mut self, flow: FlowId, at: Mono) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
+        self.unreported.insert(id);
         self.conns.insert(
             id,
             Conn {
@@ -546,7 +559,8 @@ impl ConnTable {
     /// idle connections; returns changes.
     pub fn tick(&mut self, now: Mono) -> Vec<ConnChange> {
         // Paths go idle over tens of seconds: a look a second is enough.
-        if now.since(self.last_fold) >= HISTORY_STEP {
+        let idle_look = now.since(self.last_fold) >= HISTORY_STEP;
+        if idle_look {
             self.last_fold = now;
             self.fold_idle_paths(now);
         }
@@ -562,19 +576,32 @@ impl ConnTable {
             c.set_sums(now, c2s, s2c);
         }
         let mut out = Vec::new();
-        for c in self.conns.values_mut().filter(|c| c.closed.is_none()) {
-            // Report once the grouping is settled (a DCID, or obfuscation
-            // seen), or after two seconds: a port hop must not look new.
-            let settled = c.grouping != Grouping::FiveTuple || now.since(c.first_seen) >= OPEN_AFTER;
-            if !c.opened_reported && settled {
+        // Report once the grouping is settled (a DCID, or obfuscation seen),
+        // or after two seconds: a port hop must not look new.
+        let mut reported = Vec::new();
+        for id in &self.unreported {
+            let Some(c) = self.conns.get_mut(id) else { continue };
+            if c.closed.is_none() && (c.grouping != Grouping::FiveTuple || now.since(c.first_seen) >= OPEN_AFTER) {
                 c.opened_reported = true;
-                out.push(ConnChange::Opened(c.id));
+                reported.push(*id);
             }
-            if now.since(c.last_seen) >= self.idle_timeout {
-                c.closed = Some(now);
-                self.closing.push(c.id);
-                if c.opened_reported {
-                    out.push(ConnChange::Closed(c.id));
+        }
+        // In the order they came (the table's order is random).
+        reported.sort_unstable();
+        for id in reported {
+            self.unreported.remove(&id);
+            out.push(ConnChange::Opened(id));
+        }
+        // Idle connections close to the second (the timeout is tens of
+        // seconds): one look a second over the table, not one a tick.
+        if idle_look {
+            for c in self.conns.values_mut().filter(|c| c.closed.is_none()) {
+                if now.since(c.last_seen) >= self.idle_timeout {
+                    c.closed = Some(now);
+                    self.closing.push(c.id);
+                    if c.opened_reported {
+                        out.push(ConnChange::Closed(c.id));
+                    }
                 }
             }
         }
@@ -590,6 +617,8 @@ impl ConnTable {
             let Some(c) = self.conns.remove(&id) else { continue };
             self.multipath.remove(&id);
             self.dirty.remove(&id);
+            self.unreported.remove(&id);
+            self.framed.remove(&id);
             for flow in &c.flows {
                 if let Some(st) = self.flows.remove(flow) {
                     let mut total = st.counters.clone();

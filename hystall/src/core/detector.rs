@@ -192,8 +192,7 @@ impl Detector {
         // connections they may belong to (once a tick: O(targets)).
         let mut maybe: HashMap<u64, usize> = HashMap::new();
         // Connections with a stalled target linked: with those with
-        // decrypted frames, the only ones that can be starved (need ≥ 1); the
-        // others are skipped without a look at their links.
+        // decrypted frames, the only ones that can be starved (need ≥ 1).
         let mut with_stalled: HashSet<u64> = HashSet::new();
         for s in socks.iter().filter(|s| stalled(s.k.cookie)) {
             let Some(t) = links.target(s.k.cookie) else { continue };
@@ -213,11 +212,17 @@ impl Detector {
         let need = cfg.windows.streams_to_exhaust();
         let mut out = Vec::new();
         let mut now_starved: HashMap<u64, Starved> = HashMap::new();
-        let alive = conns.iter().filter(|c| c.closed.is_none() && c.opened_reported && c.alive(now, cfg.alive_window));
+        // Only those can be starved: the others are not looked at (a node
+        // has tens of thousands of connections, a few with stalled targets).
+        let framed: Vec<u64> = conns.framed().map(|c| c.id).collect();
+        let mut ids: Vec<u64> = with_stalled.into_iter().chain(framed).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let alive = ids
+            .iter()
+            .filter_map(|id| conns.get(*id))
+            .filter(|c| c.closed.is_none() && c.opened_reported && c.alive(now, cfg.alive_window));
         for c in alive {
-            if c.frames.is_none() && !with_stalled.contains(&c.id) {
-                continue;
-            }
             // Never saw client bulk since we attached: it stopped before that.
             let bulk = c.last_bulk(Dir::C2s).unwrap_or(c.first_seen);
             let quiet = now.since(bulk) >= cfg.bulk_quiet;
