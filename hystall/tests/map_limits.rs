@@ -107,9 +107,8 @@ fn a_full_ring_loses_samples_counts_them_and_new_samples_still_arrive() {
     unsafe { libc::kill(w.pid() as i32, libc::SIGSTOP) };
     let sent = flood(to, 30_000, 201);
     unsafe { libc::kill(w.pid() as i32, libc::SIGCONT) };
-    let lost = wait_metric(port_m, "hystall_kernel_events_lost_total{ring=\"samples\"}", Duration::from_secs(10), |v| {
-        v > 0.0
-    });
+    let lost =
+        wait_metric(port_m, "hystall_kernel_events_lost_total{ring=\"samples\"}", Duration::from_secs(10), |v| v > 0.0);
     eprintln!("{test}: {sent} new flows while stopped, {lost:?} samples lost");
     assert!(lost.is_some_and(|v| v >= 10_000.0), "lost samples counted: {lost:?}");
 

@@ -142,7 +142,11 @@ impl ProcCache {
             let comm = comm_of(pid).unwrap_or_default();
             let listeners = listeners();
             let inodes: HashSet<u32> = listeners.keys().copied().collect();
-            let held = self.owners.entry(pid).or_insert_with(|| FdOwners::with_gap(Duration::ZERO)).resolve(&HashSet::from([pid]), &inodes);
+            let held = self
+                .owners
+                .entry(pid)
+                .or_insert_with(|| FdOwners::with_gap(Duration::ZERO))
+                .resolve(&HashSet::from([pid]), &inodes);
             let ports = held.keys().filter_map(|i| listeners.get(i).copied()).collect();
             self.entries.insert(pid, (now, comm, ports));
         }
