@@ -51,10 +51,9 @@ fn wait_metric(port: u16, name: &str, within: Duration, ok: impl Fn(f64) -> bool
     }
 }
 
-#[test]
-fn a_full_flow_map_evicts_counts_and_shows_it_and_new_flows_are_still_counted() {
-    let test = "a_full_flow_map_evicts_counts_and_shows_it_and_new_flows_are_still_counted";
-    let Some(_g) = root_or_skip(test) else { return };
+/// A UDP socket of this process, watched as a server port by `hystall watch`
+/// with metrics: the socket (kept open), its address, the metrics port, the watcher.
+fn watched_server() -> (UdpSocket, SocketAddr, u16, Proc) {
     let server = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let to = server.local_addr().unwrap();
     let port = to.port().to_string();
@@ -63,6 +62,14 @@ fn a_full_flow_map_evicts_counts_and_shows_it_and_new_flows_are_still_counted() 
     let pid = std::process::id().to_string();
     let mut w = Proc::spawn(&["watch", "--json", "--pid", &pid, "--port", &port, "--metrics", &metrics]);
     w.wait_event("watch_started", Duration::from_secs(30));
+    (server, to, port_m, w)
+}
+
+#[test]
+fn a_full_flow_map_evicts_counts_and_shows_it_and_new_flows_are_still_counted() {
+    let test = "a_full_flow_map_evicts_counts_and_shows_it_and_new_flows_are_still_counted";
+    let Some(_g) = root_or_skip(test) else { return };
+    let (_server, to, port_m, mut w) = watched_server();
 
     // 40,000 flows, read by hystall; then 40,000 more: the map holds 65,536,
     // so about 14,000 of the first go.
@@ -91,14 +98,7 @@ fn a_full_flow_map_evicts_counts_and_shows_it_and_new_flows_are_still_counted() 
 fn a_full_ring_loses_samples_counts_them_and_new_samples_still_arrive() {
     let test = "a_full_ring_loses_samples_counts_them_and_new_samples_still_arrive";
     let Some(_g) = root_or_skip(test) else { return };
-    let server = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let to = server.local_addr().unwrap();
-    let port = to.port().to_string();
-    let port_m = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let metrics = format!("127.0.0.1:{port_m}");
-    let pid = std::process::id().to_string();
-    let mut w = Proc::spawn(&["watch", "--json", "--pid", &pid, "--port", &port, "--metrics", &metrics]);
-    w.wait_event("watch_started", Duration::from_secs(30));
+    let (_server, to, port_m, mut w) = watched_server();
     assert_eq!(metric(port_m, "hystall_kernel_events_lost_total{ring=\"samples\"}"), Some(0.0));
 
     // User space stopped: nothing drains the 1 MiB samples ring while 30,000
