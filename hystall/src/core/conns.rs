@@ -12,10 +12,9 @@
 //!   5-tuple and marked so, never merged by guesswork.
 
 use std::collections::BTreeSet;
-
-use foldhash::{HashMap, HashSet};
 use std::time::Duration;
 
+use foldhash::{HashMap, HashSet};
 use serde::Serialize;
 
 use super::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};

@@ -21,7 +21,7 @@
 //! reach its target right after they arrive on the connection). Its share of the
 //! score against the other candidates is reported as the strength.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -193,12 +193,12 @@ impl Detector {
         let mut maybe: HashMap<u64, usize> = HashMap::new();
         // Connections with a stalled target linked: with those with
         // decrypted frames, the only ones that can be starved (need ≥ 1).
-        let mut with_stalled: HashSet<u64> = HashSet::new();
+        let mut candidates: BTreeSet<u64> = BTreeSet::new();
         for s in socks.iter().filter(|s| stalled(s.k.cookie)) {
             let Some(t) = links.target(s.k.cookie) else { continue };
             match &t.link {
                 Some(l) => {
-                    with_stalled.insert(l.conn);
+                    candidates.insert(l.conn);
                 }
                 None if !t.other_inbound => {
                     for &c in t.maybe() {
@@ -214,11 +214,8 @@ impl Detector {
         let mut now_starved: HashMap<u64, Starved> = HashMap::new();
         // Only those can be starved: the others are not looked at (a node
         // has tens of thousands of connections, a few with stalled targets).
-        let framed: Vec<u64> = conns.framed().map(|c| c.id).collect();
-        let mut ids: Vec<u64> = with_stalled.into_iter().chain(framed).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let alive = ids
+        candidates.extend(conns.framed().map(|c| c.id));
+        let alive = candidates
             .iter()
             .filter_map(|id| conns.get(*id))
             .filter(|c| c.closed.is_none() && c.opened_reported && c.alive(now, cfg.alive_window));
@@ -378,7 +375,7 @@ fn info(
         .or_else(|| st.pid.and_then(|pid| socks.iter().find(|s| s.k.pid == pid && !s.k.comm.is_empty())))
         .map(|s| s.k.comm.clone())
         .unwrap_or_default();
-    let rate = &c.rates(now);
+    let rate = c.rates(now);
     StarvedInfo {
         conn: c.id,
         client: base.client,

@@ -12,6 +12,7 @@ use std::os::fd::AsRawFd as _;
 use std::time::{Duration, Instant};
 
 use super::pace::Pace;
+use super::procs;
 
 /// At most one walk of the fds this often: a node makes new sockets all the
 /// time (UDP relays, short targets), and one walk answers every question
@@ -104,17 +105,12 @@ fn walk(pids: &HashSet<u32>) -> HashMap<u32, Holder> {
             // name, `buf` writable for its length; the result bounds the read.
             let len = unsafe { libc::readlinkat(dir.as_raw_fd(), c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
             let Ok(len) = usize::try_from(len) else { continue };
-            if let Some(ino) = socket_inode(&buf[..len]) {
+            if let Some(ino) = procs::socket_inode(&buf[..len]) {
                 found.insert(ino, Holder { pid, fd: n });
             }
         }
     }
     found
-}
-
-/// The inode of a `socket:[N]` link.
-fn socket_inode(link: &[u8]) -> Option<u32> {
-    std::str::from_utf8(link.strip_prefix(b"socket:[")?.strip_suffix(b"]")?).ok()?.parse().ok()
 }
 
 #[cfg(test)]

@@ -112,8 +112,12 @@ pub fn comm_of(pid: u32) -> Option<String> {
 /// The socket inode behind `/proc/PID/fd/FD` (`socket:[INODE]`).
 pub fn fd_socket_inode(pid: u32, fd: u64) -> Option<u32> {
     let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
-    let s = link.to_str()?;
-    s.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+    socket_inode(link.as_os_str().as_encoded_bytes())
+}
+
+/// The inode of an fd link's target `socket:[N]` (None for any other file).
+pub fn socket_inode(link: &[u8]) -> Option<u32> {
+    std::str::from_utf8(link.strip_prefix(b"socket:[")?.strip_suffix(b"]")?).ok()?.parse().ok()
 }
 
 /// Per-process facts that events need and the kernel cannot give cheaply: the

@@ -169,7 +169,7 @@ impl ConnRow {
         } else {
             ports.join(",")
         };
-        let r = &c.rates(now);
+        let r = c.rates(now);
         let starved = model.detector.get(c.id).map(|st| StarvedRow {
             since_s: now.since(st.since).as_secs_f64(),
             confidence: st.confidence.as_str(),
