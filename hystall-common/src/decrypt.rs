@@ -32,6 +32,13 @@ pub const MAX_SNIP_FLOWS: u32 = 2048;
 /// was left of the credit (or nothing), so it is short; retransmissions,
 /// which may follow it, are mostly full-size.
 pub const TAILS: usize = 6;
+/// A single packet this close to the full size counts as full. quic-go sends
+/// its retransmissions one by one, a byte or a few short of the segment size
+/// of its GSO batches (a longer packet number, a shorter offset): dozens of
+/// them after the DATA_BLOCKED would push it out of the ring. (The short last
+/// segment of a batch is kept however close: that is where the credit ran
+/// out.)
+pub const NEAR_FULL: u32 = 24;
 /// Bytes of a large packet kept (QUIC's largest on common paths is 1452).
 pub const TAIL_BYTES: usize = 1536;
 

@@ -23,8 +23,9 @@ use aya_ebpf::{
 };
 use hystall_common::{
     AF_INET, AF_INET6, Budget, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW, MAX_FLOWS,
-    MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, PACKET_MAX, PACKETS_RING_BYTES, SAMPLE_BYTES, SAMPLES_RING_BYTES,
-    SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_FIRST, Snips, TAIL_BYTES, TAILS, counter, crossed, size_class,
+    MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, NEAR_FULL, PACKET_MAX, PACKETS_RING_BYTES, SAMPLE_BYTES,
+    SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_FIRST, Snips, TAIL_BYTES, TAILS, counter,
+    crossed, size_class,
 };
 
 use crate::maps::{bump, mark, now_ns, wakeup};
@@ -180,8 +181,8 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
             // The client's last large packets that are shorter than its
             // full size (of a GSO/GRO batch, a short last segment), whole,
             // and the small packets after them: see `hystall_common::Snips`.
-            // Full-size packets (stream data, retransmissions) are not
-            // copied, so this costs a copy where a burst ends, not one per
+            // Full-size packets (stream data, retransmissions; a single
+            // packet within `NEAR_FULL` of the size counts) are not copied, so this costs a copy where a burst ends, not one per
             // packet. `snips` holds the count of small packets since (low 16
             // bits) and the client's full size (high 16 bits).
             let st = unsafe { &mut (*stats).snips };
@@ -194,7 +195,8 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
                 if segs > 1 { p.payload_len.saturating_sub((segs - 1).saturating_mul(seg_len)) } else { seg_len };
             let last_off = p.payload_off as u32 + (segs - 1) * seg_len;
             let kept = if last as usize > SNIP_BYTES {
-                if last < full {
+                let short = if segs > 1 { last < full } else { last + NEAR_FULL < full };
+                if short {
                     snip(ctx, &p.key, last_off, now, u64::from(last));
                 }
                 0

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use crate::core::flows::{Dir, FlowId};
 use crate::core::frames::FrameState;
 use crate::core::quic::{
-    ConnDecryptor, DecodeOptions, Direction, Frame, Header, KeyLog, LongType, ShortDcidLen, Space, packets,
-    parse_frames,
+    ConnDecryptor, DecodeOptions, Direction, Frame, Header, KeyLog, LongType, Opened, Packet, ShortDcidLen, Space,
+    packets, parse_frames,
 };
 use crate::core::time::Mono;
 
@@ -19,6 +19,12 @@ use crate::core::time::Mono;
 const MAX_HANDSHAKE_BYTES: u64 = 64 << 10;
 /// Streams whose highest offset is tracked, per connection and direction.
 const MAX_STREAMS: usize = 100_000;
+/// Connection ID lengths tried on a short header whose length is not known,
+/// the common ones first (quinn 8, quic-go 4, others 16 and 20).
+const CID_LENS: [u8; 21] = [8, 4, 16, 20, 0, 1, 2, 3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19];
+/// Datagrams a connection tries `CID_LENS` on, per direction, before it
+/// stops (its keys are known: something else is wrong).
+const MAX_CID_TRIALS: u8 = 16;
 
 struct QConn {
     dec: ConnDecryptor,
@@ -26,6 +32,8 @@ struct QConn {
     orig_dcid: Vec<u8>,
     /// DCID lengths of short headers: client→server (the server's CIDs) and server→client.
     cid_len: [Option<u8>; 2],
+    /// Datagrams on which `CID_LENS` were tried, per direction.
+    cid_trials: [u8; 2],
     /// The last flow the connection was seen on (frame figures are reported on it).
     flow: FlowId,
     frames: FrameState,
@@ -194,7 +202,11 @@ impl Decryptors {
                     self.server_cid_len.insert(flow.server, h.scid.len() as u8);
                 }
             }
-            match c.dec.decrypt(direction, &p, d) {
+            let opened = match open_unknown_cid(c, dir, &p, d) {
+                Some(opened) => Ok(opened),
+                None => c.dec.decrypt(direction, &p, d),
+            };
+            match opened {
                 Ok(opened) => {
                     c.frames.opened[dir as usize] += 1;
                     let (frames, err) = parse_frames(&opened.payload);
@@ -276,6 +288,7 @@ impl Decryptors {
                     orig_dcid: initial_dcid(d).map(<[u8]>::to_vec).unwrap_or_default(),
                     dec,
                     cid_len,
+                    cid_trials: [0, 0],
                     flow,
                     frames: FrameState::default(),
                     offsets: [HashMap::new(), HashMap::new()],
@@ -325,6 +338,35 @@ pub struct Decrypted {
     pub secrets_found: bool,
     /// New stream bytes per bucket: [client→server, server→client].
     pub series: crate::core::series::Series<[u32; 2]>,
+}
+
+/// A short header whose DCID length is not known, opened by trying each
+/// length; the one that opens it is kept. Live, the server's packets are
+/// passed without the client's Initial (which says the client's length), and
+/// a capture may start after the handshake. Tried only once the keys are
+/// known, on a few datagrams: a wrong length fails authentication.
+fn open_unknown_cid(c: &mut QConn, dir: Dir, p: &Packet<'_>, d: &[u8]) -> Option<Opened> {
+    let Header::Short(h) = &p.header else { return None };
+    let trials = &mut c.cid_trials[dir as usize];
+    if h.pn_offset.is_some() || !c.dec.secrets_found() || *trials >= MAX_CID_TRIALS {
+        return None;
+    }
+    *trials += 1;
+    let direction = match dir {
+        Dir::C2s => Direction::ClientToServer,
+        Dir::S2c => Direction::ServerToClient,
+    };
+    // A short header runs to the end of the datagram.
+    let rest = d.get(p.offset..)?;
+    for len in CID_LENS {
+        let opts = DecodeOptions { short_dcid_len: ShortDcidLen::Known(len), allow_clear_fixed_bit: true };
+        let Some(Ok(q)) = packets(rest, opts).next() else { continue };
+        if let Some(opened) = c.dec.try_decrypt(direction, &q, rest) {
+            c.cid_len[dir as usize] = Some(len);
+            return Some(opened);
+        }
+    }
+    None
 }
 
 /// The DCID of a datagram's first packet, if it is an Initial.
@@ -494,6 +536,62 @@ fn varint(b: &[u8]) -> Option<(u64, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::capture::{CaptureReader, L4, Record};
+
+    /// The lab capture's datagrams: (time, flow, direction, payload).
+    fn lab_datagrams() -> Vec<(Mono, FlowId, Dir, Vec<u8>)> {
+        let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/lab.pcap")).unwrap();
+        let mut reader = CaptureReader::from_bytes(&bytes).unwrap();
+        let mut out = Vec::new();
+        while let Ok(Some(r)) = reader.next_record() {
+            let Record::Packet(p) = r else { continue };
+            let L4::Udp { payload, .. } = p.l4 else { continue };
+            let (flow, dir) = if p.dst.port() == 4433 {
+                (FlowId { client: p.src, server: p.dst }, Dir::C2s)
+            } else {
+                (FlowId { client: p.dst, server: p.src }, Dir::S2c)
+            };
+            out.push((Mono(p.ts), flow, dir, payload));
+        }
+        out
+    }
+
+    #[test]
+    fn short_headers_of_an_unknown_cid_length_are_opened_by_trying_lengths() {
+        let keys = KeyLog::parse(
+            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/lab.keylog")).unwrap(),
+        );
+        let datagrams = lab_datagrams();
+        // What live reading has: the random from the client's first Initial
+        // (read apart), the server's CID length from header samples, and then
+        // short headers only; never the long header with the client's CID.
+        let (_, flow, _, first) = datagrams.iter().find(|(_, _, d, _)| *d == Dir::C2s).unwrap();
+        let mut hello = Decryptors::new(KeyLog::default());
+        hello.datagram(Mono(0), 0, *flow, Dir::C2s, first);
+        let random = hello.hello_random_of(flow).expect("the ClientHello random");
+        let mut all = Decryptors::new(keys.clone());
+        for (at, f, dir, d) in &datagrams {
+            all.datagram(*at, 0, *f, *dir, d);
+        }
+        let server_cid = all.conns[0].cid_len[Dir::C2s as usize].expect("the server's CID length");
+        let mut live = Decryptors::new(keys);
+        live.set_server_cid_len(flow.server, server_cid);
+        live.set_client_random(*flow, random);
+        for (at, f, dir, d) in datagrams.iter().filter(|(_, _, _, d)| d[0] & 0x80 == 0) {
+            live.datagram(*at, 0, *f, *dir, d);
+        }
+        let c = &live.conns[0];
+        assert_eq!(c.cid_len, all.conns[0].cid_len, "both lengths found");
+        let f = &c.frames;
+        assert!(f.opened[Dir::S2c as usize] > 10, "server packets opened: {f:?}");
+        // The same 1-RTT frames as with the handshake seen (the capture's
+        // cut packets fail in both; ACKs also ride in long headers).
+        let whole = &all.conns[0].frames;
+        assert!(f.acks[Dir::S2c as usize] > 0);
+        assert_eq!(f.datagrams, whole.datagrams);
+        assert_eq!(f.stream_frames, whole.stream_frames);
+        assert_eq!(f.unopened[Dir::S2c as usize], whole.unopened[Dir::S2c as usize]);
+    }
 
     #[test]
     fn encrypted_extensions_give_initial_max_data() {

@@ -273,6 +273,14 @@ impl ConnDecryptor {
         result
     }
 
+    /// `decrypt`, counting only a success: for trials (which DCID length a
+    /// short header has), whose failures are expected.
+    pub fn try_decrypt(&mut self, dir: Direction, packet: &Packet<'_>, datagram: &[u8]) -> Option<Opened> {
+        let opened = self.decrypt_packet(dir, packet, datagram).ok()?;
+        self.stats.opened += 1;
+        Some(opened)
+    }
+
     fn decrypt_packet(&mut self, dir: Direction, packet: &Packet<'_>, datagram: &[u8]) -> Result<Opened, DecryptError> {
         let end = packet.offset.checked_add(packet.len).ok_or(DecryptError::Malformed("packet length overflows"))?;
         let bytes = datagram.get(packet.offset..end).ok_or(DecryptError::Malformed("packet outside the datagram"))?;
