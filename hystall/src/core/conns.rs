@@ -463,6 +463,11 @@ impl ConnTable {
     pub fn poll(&mut self, at: Mono, flows: Vec<(FlowId, FlowCounters)>) {
         let present: HashSet<FlowId> = flows.iter().map(|(f, _)| *f).collect();
         self.retired.retain(|f, _| present.contains(f));
+        self.moved(at, flows);
+    }
+
+    /// Fresh counters of the flows that moved (the others did not change).
+    pub fn moved(&mut self, at: Mono, flows: Vec<(FlowId, FlowCounters)>) {
         for (flow, c) in flows {
             self.counters(at, flow, c);
         }

@@ -55,6 +55,10 @@ impl Model {
                 self.conns.poll(at, flows);
                 self.attribution.polled(at);
             }
+            Observation::FlowMoves { at, flows } => {
+                self.conns.moved(at, flows);
+                self.attribution.polled(at);
+            }
             Observation::Marks { marks, .. } => self.attribution.marks(&marks, &self.conns),
             Observation::Sock { at, change: SockChange::State { old: TCP_CLOSE, new: TCP_SYN_SENT }, sample } => {
                 self.attribution.connect(sample.cookie, sample.pid, at);

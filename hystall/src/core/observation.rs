@@ -149,6 +149,13 @@ pub enum Observation {
         at: Mono,
         flows: Vec<(super::flows::FlowId, super::flows::FlowCounters)>,
     },
+    /// Cumulative counters of the UDP flows on the server's ports that moved
+    /// since the last read (live: the others are unchanged; flows that went
+    /// come as `FlowsForgotten`).
+    FlowMoves {
+        at: Mono,
+        flows: Vec<(super::flows::FlowId, super::flows::FlowCounters)>,
+    },
     /// The server's own stream table (Hysteria's Traffic Stats API), replacing
     /// the previous one.
     Streams {
@@ -207,6 +214,7 @@ impl Observation {
             | Observation::Inflight { at, .. }
             | Observation::Header { at, .. }
             | Observation::FlowCounts { at, .. }
+            | Observation::FlowMoves { at, .. }
             | Observation::Owners { at, .. }
             | Observation::Frames { at, .. }
             | Observation::SocketsGone { at, .. }

@@ -128,6 +128,7 @@ impl SocketTable {
             Observation::Inflight { at, sends } => self.apply_inflight(at, sends),
             Observation::Header { .. }
             | Observation::FlowCounts { .. }
+            | Observation::FlowMoves { .. }
             | Observation::Owners { .. }
             | Observation::Streams { .. }
             | Observation::Frames { .. }

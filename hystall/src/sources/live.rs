@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
 use hystall_common::{
-    AF_INET, AF_INET6, FlowKey, FlowSample, MARK_FLOW, Mark, SOCK_HAS_TUPLE, SOCK_OUTBOUND, SockEvent, SockEventKind,
-    SockStats, Tuple,
+    AF_INET, AF_INET6, FlowSample, MARK_FLOW, Mark, SOCK_HAS_TUPLE, SOCK_OUTBOUND, SockEvent, SockEventKind, SockStats,
+    Tuple,
 };
 use netlink_packet_sock_diag::inet::StateFlags;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
+use super::flow_map::FlowMap;
 use super::pace::Pace;
 use super::probes::tc::Iface;
 use super::probes::upkeep::MapFill;
@@ -90,8 +91,9 @@ pub struct Live {
     /// Observations made outside `poll` (start-up), handed out by the next poll.
     pending: Vec<Observation>,
     procs: procs::ProcCache,
-    /// The kernel key of each flow of the last poll (to delete closed ones).
-    flow_keys: foldhash::HashMap<FlowId, FlowKey>,
+    /// The kernel's flow map as last read: keys (to delete closed flows) and
+    /// what moved since.
+    flow_keys: FlowMap,
     /// Flows the kernel's LRU map dropped to make room (gone between two
     /// reads without our deleting them): the map is too small for the node.
     flows_evicted: u64,
@@ -482,23 +484,32 @@ impl Live {
         }
         if self.samples.is_some() && now.since(self.last_flows) >= FLOWS_EVERY {
             self.last_flows = now;
-            let (kernel, others): (Vec<_>, Vec<_>) =
-                self.probes.flows().into_iter().partition(|(k, _)| self.servers.is_server(k.server_port));
             // Candidates' flows (and those of ports no longer watched) never
             // reach the model; the idle ones go from the kernel map.
-            for (k, st) in &others {
+            let servers = &self.servers;
+            let mut idle = Vec::new();
+            let read = self.flow_keys.read(self.probes.flows().into_iter().filter(|(k, st)| {
+                let server = servers.is_server(k.server_port);
                 let last = st.dir.iter().flat_map(|d| d.last_ns).max().unwrap_or(0);
-                if now.since(Mono(last)) >= CANDIDATE_FLOW_IDLE {
-                    self.probes.forget_flow(k);
+                if !server && now.since(Mono(last)) >= CANDIDATE_FLOW_IDLE {
+                    idle.push(*k);
                 }
+                server
+            }));
+            for k in &idle {
+                self.probes.forget_flow(k);
             }
-            let keys: foldhash::HashMap<FlowId, FlowKey> = kernel.iter().map(|(k, _)| (quic::flow_id(k), *k)).collect();
-            let evicted = self.flow_keys.keys().filter(|f| !keys.contains_key(f)).count() as u64;
-            tracing::debug!(flows = keys.len(), before = self.flow_keys.len(), evicted, "flow map read");
-            self.flows_evicted += evicted;
-            self.flow_keys = keys;
-            let flows = kernel.iter().map(|(k, s)| (quic::flow_id(k), quic::flow_counters(s))).collect();
-            out.push(Observation::FlowCounts { at: now, flows });
+            tracing::debug!(
+                flows = self.flow_keys.len(),
+                moved = read.moved.len(),
+                evicted = read.gone.len(),
+                "flow map read"
+            );
+            self.flows_evicted += read.gone.len() as u64;
+            out.push(Observation::FlowMoves { at: now, flows: read.moved });
+            if !read.gone.is_empty() {
+                out.push(Observation::FlowsForgotten { at: now, flows: read.gone });
+            }
             self.read_sends(now, targets, out);
         }
         for &(cookie, local, remote) in wanted {
@@ -558,7 +569,7 @@ impl Live {
         }
         let probes = &mut self.probes;
         let keys = &mut self.flow_keys;
-        flows.iter().filter(|f| keys.remove(*f).is_some_and(|k| probes.forget_flow(&k))).copied().collect()
+        flows.iter().filter(|f| keys.remove(f).is_some_and(|k| probes.forget_flow(&k))).copied().collect()
     }
 
     fn inflight(&mut self, now: Mono) -> Vec<InflightSample> {

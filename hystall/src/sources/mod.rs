@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod clash_api;
 pub mod decrypt;
 pub mod fd_owners;
+pub mod flow_map;
 /// Functions of (stripped) Go binaries from their pc-line table, for uprobes.
 pub mod gosym;
 pub mod hysteria_api;

@@ -227,14 +227,14 @@ impl LiveDecrypt {
 
     /// Reads the suspects' flows: the snips of all, the packets of those to
     /// pass (`Suspect::pass`; the kernel passes exactly those).
-    pub fn select(&mut self, probes: &mut Probes, suspects: &[Suspect], keys: &foldhash::HashMap<FlowId, FlowKey>) {
+    pub fn select(&mut self, probes: &mut Probes, suspects: &[Suspect], keys: &crate::sources::flow_map::FlowMap) {
         let mut want: HashMap<FlowId, (FlowKey, Option<usize>, bool, Option<ClientRandom>)> = HashMap::new();
         for s in suspects {
             // Its handshake's random, from the Initial of its first flow.
             let random = s.flows.iter().find_map(|f| self.randoms.get(f)).copied();
             for f in &s.flows {
-                if let Some(k) = keys.get(f) {
-                    want.insert(*f, (*k, s.cid_len, s.pass, random));
+                if let Some(k) = keys.key(f) {
+                    want.insert(*f, (k, s.cid_len, s.pass, random));
                 }
             }
         }

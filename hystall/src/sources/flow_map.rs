@@ -1,0 +1,143 @@
+//! The kernel's flow map as user space last read it: each flow's kernel key
+//! (to delete it once its connection closes) and the time of its last packet.
+//! A read then hands on only the flows that moved since the one before, and
+//! names those the kernel dropped. At node scale most flows are quiet between
+//! two reads (10,000 connections, a keep-alive every few seconds each): the
+//! connection table sees the others only, and nothing is rebuilt per read.
+
+use hystall_common::{FlowKey, FlowStats};
+
+use super::quic::{flow_counters, flow_id};
+use crate::core::flows::{FlowCounters, FlowId};
+
+struct Known {
+    key: FlowKey,
+    /// The flow's last packet, either way (ns): a packet moves it.
+    last: u64,
+    /// The read that last saw it.
+    read: u32,
+}
+
+/// What one read of the map found.
+#[derive(Debug, Default, PartialEq)]
+pub struct Read {
+    /// Flows new or with packets since the last read, with their counters.
+    pub moved: Vec<(FlowId, FlowCounters)>,
+    /// Flows of the last read that are gone (not deleted by us: the LRU map
+    /// dropped them for room, or their port is no longer a server's).
+    pub gone: Vec<FlowId>,
+}
+
+#[derive(Default)]
+pub struct FlowMap {
+    known: foldhash::HashMap<FlowId, Known>,
+    reads: u32,
+}
+
+fn last_packet(s: &FlowStats) -> u64 {
+    s.dir.iter().flat_map(|d| d.last_ns).max().unwrap_or(0)
+}
+
+impl FlowMap {
+    /// One whole read of the map (the server ports' flows).
+    pub fn read(&mut self, entries: impl IntoIterator<Item = (FlowKey, FlowStats)>) -> Read {
+        self.reads = self.reads.wrapping_add(1);
+        let read = self.reads;
+        let mut out = Read::default();
+        let mut seen = 0;
+        for (key, st) in entries {
+            seen += 1;
+            let id = flow_id(&key);
+            let last = last_packet(&st);
+            match self.known.get_mut(&id) {
+                Some(k) if k.last == last && k.key == key => {
+                    k.read = read;
+                    continue;
+                }
+                Some(k) => *k = Known { key, last, read },
+                None => {
+                    self.known.insert(id, Known { key, last, read });
+                }
+            }
+            out.moved.push((id, flow_counters(&st)));
+        }
+        if self.known.len() > seen {
+            self.known.retain(|id, k| {
+                let seen = k.read == read;
+                if !seen {
+                    out.gone.push(*id);
+                }
+                seen
+            });
+        }
+        out
+    }
+
+    /// The kernel key of a flow of the last read.
+    pub fn key(&self, flow: &FlowId) -> Option<FlowKey> {
+        self.known.get(flow).map(|k| k.key)
+    }
+
+    /// Forgets a flow (its kernel entry is being deleted): not `gone` later.
+    pub fn remove(&mut self, flow: &FlowId) -> Option<FlowKey> {
+        self.known.remove(flow).map(|k| k.key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.known.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.known.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(port: u16, last: u64) -> (FlowKey, FlowStats) {
+        let mut k =
+            FlowKey { family: hystall_common::AF_INET, client_port: port, server_port: 443, ..Default::default() };
+        k.client[..4].copy_from_slice(&[10, 0, 0, 1]);
+        k.server[..4].copy_from_slice(&[10, 0, 0, 2]);
+        let mut s = FlowStats::default();
+        s.dir[0].packets[0] = last;
+        s.dir[0].last_ns[0] = last;
+        (k, s)
+    }
+
+    fn ports(r: &[(FlowId, FlowCounters)]) -> Vec<u16> {
+        let mut v: Vec<u16> = r.iter().map(|(f, _)| f.client.port()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_read_hands_on_only_what_moved_and_names_what_went() {
+        let mut m = FlowMap::default();
+        let first = m.read([entry(1, 10), entry(2, 10), entry(3, 10)]);
+        assert_eq!(ports(&first.moved), [1, 2, 3], "every flow is new");
+        assert!(first.gone.is_empty());
+        // 1 quiet, 2 moved, 3 dropped by the kernel, 4 new.
+        let second = m.read([entry(1, 10), entry(2, 20), entry(4, 20)]);
+        assert_eq!(ports(&second.moved), [2, 4]);
+        assert_eq!(second.gone.iter().map(|f| f.client.port()).collect::<Vec<_>>(), [3]);
+        assert_eq!(m.len(), 3);
+        // A flow we delete ourselves is not reported gone.
+        assert!(m.remove(&second.moved[0].0).is_some());
+        let third = m.read([entry(1, 10)]);
+        assert!(third.moved.is_empty());
+        assert_eq!(third.gone.len(), 1, "{third:?}");
+        assert_eq!(m.key(&first.moved[0].0).map(|k| k.client_port), Some(1));
+    }
+
+    #[test]
+    fn a_flow_dropped_and_made_again_between_reads_moves() {
+        let mut m = FlowMap::default();
+        m.read([entry(1, 10)]);
+        // Same 5-tuple, counters from zero, a later packet.
+        let again = m.read([entry(1, 11)]);
+        assert_eq!(again.moved.len(), 1);
+    }
+}
