@@ -55,6 +55,9 @@ const CONN_HORIZON: Duration = Duration::from_secs(30);
 const CLOSED_KEEP: Duration = CONN_HORIZON;
 /// The deduction runs at least this often (and whenever marks arrived).
 const SOLVE_EVERY: Duration = Duration::from_secs(1);
+/// A group of targets whose search ran out of budget is searched again
+/// after this (new marks may prune it by then; a changed group at once).
+const SEARCH_BACKOFF: Duration = Duration::from_secs(2);
 /// Flow marks waiting for their flow's connection, at most (flows) and for how long.
 const MAX_ORPHAN_FLOWS: usize = 1024;
 const ORPHAN_FOR: Duration = Duration::from_secs(5);
@@ -71,6 +74,8 @@ pub struct Config {
     pub conn_window: u64,
     /// The stream window: unread bytes one stream can hold at most.
     pub stream_window: u64,
+    /// Nodes one group's search may visit (`solve.rs`).
+    pub search_nodes: usize,
 }
 
 impl Default for Config {
@@ -81,6 +86,7 @@ impl Default for Config {
             min_marks: 4,
             conn_window: 20 << 20,
             stream_window: 8 << 20,
+            search_nodes: 50_000,
         }
     }
 }
@@ -252,6 +258,10 @@ pub struct Attribution {
     /// Marks or connects since the last deduction.
     dirty: bool,
     last_solve: Mono,
+    /// Groups whose search ran out of budget, and when (`SEARCH_BACKOFF`).
+    aborted: HashMap<Vec<u64>, Mono>,
+    /// Group searches run (for the tests of the back-off).
+    searches: u64,
 }
 
 impl Attribution {
@@ -466,6 +476,8 @@ impl Attribution {
         if open.is_empty() {
             return;
         }
+        self.aborted.retain(|_, at| now.since(*at) < SEARCH_BACKOFF);
+        let skip: std::collections::HashSet<Vec<u64>> = self.aborted.keys().cloned().collect();
         let problem = solve::Problem {
             conns: &self.conns,
             targets: &self.targets,
@@ -473,9 +485,13 @@ impl Attribution {
             open: open.clone(),
             now,
             windows: fit::Windows { stream: self.cfg.stream_window, conn: self.cfg.conn_window },
+            skip: &skip,
+            budget: self.cfg.search_nodes,
         };
-        let deduced = problem.solve();
-        let tied: HashMap<u64, (u64, bool)> = deduced.into_iter().map(|(t, c, s)| (t, (c, s))).collect();
+        let solved = problem.solve();
+        self.searches += solved.searched;
+        self.aborted.extend(solved.aborted.into_iter().map(|g| (g, now)));
+        let tied: HashMap<u64, (u64, bool)> = solved.deduced.into_iter().map(|(t, c, s)| (t, (c, s))).collect();
         for (cookie, cands) in open {
             let Some(t) = self.targets.get_mut(&cookie) else { continue };
             if let Some(old) = t.link.take()

@@ -6,17 +6,19 @@
 //!
 //! Cost: the rules are checked per connection against its own targets only;
 //! the search runs on small groups of targets that share candidates (others
-//! are left open, never guessed).
+//! are left open, never guessed). A group whose search ran out of its budget
+//! is not searched again for a while (the caller says which): at node scale,
+//! marks make every tick a deduction, and one such group searched each tick
+//! took half a core.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::fit::{carried, unexplained};
 use super::{ConnSeries, Target};
 use crate::core::time::Mono;
 
-/// Largest group of open targets searched, and the search's node budget.
+/// Largest group of open targets searched.
 const MAX_GROUP: usize = 16;
-const MAX_NODES: usize = 50_000;
 
 /// The problem: connections, targets, the links made so far, and the open
 /// targets with the connections they may belong to.
@@ -27,10 +29,23 @@ pub struct Problem<'a> {
     pub open: BTreeMap<u64, Vec<u64>>,
     pub now: Mono,
     pub windows: super::fit::Windows,
+    /// Groups not to search (their last search ran out of budget).
+    pub skip: &'a HashSet<Vec<u64>>,
+    /// Nodes one group's search may visit.
+    pub budget: usize,
 }
 
 /// What the deduction found: (target, connection, by the search).
 pub type Deduced = Vec<(u64, u64, bool)>;
+
+/// The deduction's ties, and the groups whose search ran out of budget.
+#[derive(Debug, Default)]
+pub struct Solved {
+    pub deduced: Deduced,
+    pub aborted: Vec<Vec<u64>>,
+    /// Groups searched.
+    pub searched: u64,
+}
 
 impl Problem<'_> {
     fn set_of(&self, conn: u64, extra: &[u64]) -> Vec<&Target> {
@@ -57,8 +72,10 @@ impl Problem<'_> {
     }
 
     /// Ties what the rules force.
-    pub fn solve(mut self) -> Deduced {
+    pub fn solve(mut self) -> Solved {
         let mut out = Vec::new();
+        let mut aborted = Vec::new();
+        let mut searched = 0;
         // 1. Each open target against each of its candidates, given what is
         //    tied already: drop those that cannot have carried it; one left →
         //    tied, and it loads that connection for the next ones.
@@ -89,16 +106,21 @@ impl Problem<'_> {
         }
         // 2. Groups of open targets that share candidates, searched.
         for group in groups(&self.open) {
-            if group.len() <= MAX_GROUP {
-                out.extend(self.search(&group).into_iter().map(|(t, c)| (t, c, true)));
+            if group.len() <= MAX_GROUP && !self.skip.contains(&group) {
+                searched += 1;
+                match self.search(&group) {
+                    Some(ties) => out.extend(ties.into_iter().map(|(t, c)| (t, c, true))),
+                    None => aborted.push(group),
+                }
             }
         }
-        out
+        Solved { deduced: out, aborted, searched }
     }
 
     /// Every assignment of `group` that obeys both rules; a target that takes
     /// the same connection in all of them (and there is one at least) is tied.
-    fn search(&self, group: &[u64]) -> Vec<(u64, u64)> {
+    /// None: the search ran out of its node budget.
+    fn search(&self, group: &[u64]) -> Option<Vec<(u64, u64)>> {
         let cands: Vec<&Vec<u64>> = group.iter().map(|t| &self.open[t]).collect();
         // A connection that not even every target it may have explains
         // (its bytes went elsewhere: UDP relayed in full-size datagrams,
@@ -119,20 +141,23 @@ impl Problem<'_> {
             seen: vec![BTreeSet::new(); group.len()],
             nodes: 0,
             aborted: false,
+            out_of_budget: false,
             solutions: 0,
             conns: conns.into_iter().collect(),
         };
         s.dfs(0);
         if s.aborted || s.solutions == 0 {
             tracing::debug!(?group, aborted = s.aborted, solutions = s.solutions, "attribution: nothing forced");
-            return Vec::new();
+            return (!s.out_of_budget).then(Vec::new);
         }
-        group
-            .iter()
-            .zip(&s.seen)
-            .filter(|(_, v)| v.len() == 1)
-            .map(|(t, v)| (*t, *v.iter().next().expect("one")))
-            .collect()
+        Some(
+            group
+                .iter()
+                .zip(&s.seen)
+                .filter(|(_, v)| v.len() == 1)
+                .map(|(t, v)| (*t, *v.iter().next().expect("one")))
+                .collect(),
+        )
     }
 }
 
@@ -146,6 +171,8 @@ struct Search<'a, 'p> {
     seen: Vec<BTreeSet<u64>>,
     nodes: usize,
     aborted: bool,
+    /// Aborted for the node budget (not because nothing more was to learn).
+    out_of_budget: bool,
     solutions: usize,
     conns: Vec<u64>,
 }
@@ -160,8 +187,9 @@ impl Search<'_, '_> {
             return;
         }
         self.nodes += 1;
-        if self.nodes > MAX_NODES {
+        if self.nodes > self.p.budget {
             self.aborted = true;
+            self.out_of_budget = true;
             return;
         }
         // Prune: a connection whose bytes stay unexplained even if every

@@ -208,6 +208,33 @@ fn unattributed_when_nothing_tells_two_connections_apart() {
 }
 
 #[test]
+fn a_group_whose_search_ran_out_of_budget_waits_before_the_next() {
+    let mut n = Node::new();
+    n.links = Attribution::new(Config { search_nodes: 1, ..Config::default() });
+    n.tick(0);
+    n.client(1001, 1000);
+    n.client(1002, 1000);
+    n.dial(7, 2000);
+    n.dial(8, 2000);
+    n.send(1001, 2000, 3000, 10 * MIB);
+    n.send(1002, 2000, 3000, 10 * MIB);
+    n.feed(7, 2000, 3000, 4 * MIB);
+    n.feed(8, 2000, 3000, 4 * MIB);
+    n.tick(3000);
+    assert_eq!(n.links.searches, 1, "searched once, out of budget");
+    // New marks make every tick a deduction; the group waits its turn.
+    for at in [3200, 3400, 4000, 4800] {
+        n.feed(7, at - 200, at, MARK_BYTES);
+        n.tick(at);
+    }
+    assert_eq!(n.links.searches, 1, "not again within {SEARCH_BACKOFF:?}");
+    n.feed(7, 4800, 5100, MARK_BYTES);
+    n.tick(5100);
+    assert_eq!(n.links.searches, 2, "again after it");
+    assert_eq!(n.link(7), None, "and nothing guessed");
+}
+
+#[test]
 fn idle_and_download_only_connections_are_never_candidates() {
     let mut n = Node::new();
     n.client(1001, 1000);
