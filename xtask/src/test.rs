@@ -101,46 +101,56 @@ impl Digest {
 /// Failures retried at most (more means something is broken, not flaky).
 const MAX_RETRIED: usize = 3;
 
-/// Which integration-test suite each failed test belongs to, from cargo's
-/// `Running tests/NAME.rs (...)` lines and libtest's `test X ... FAILED`.
+/// The failed tests, from libtest's `test X ... FAILED` lines (cargo's
+/// `Running tests/NAME.rs` lines go to stderr, which is not read: the suite
+/// of a failure is found from the sources instead).
 #[derive(Default)]
 struct Failures {
-    suite: Option<String>,
-    /// (suite, test); suite None: not an integration test.
-    failed: Vec<(Option<String>, String)>,
+    failed: Vec<String>,
 }
 
 impl Failures {
     fn add(&mut self, line: &str) {
-        let t = line.trim();
-        if t.starts_with("Doc-tests ") {
-            self.suite = None;
-        } else if let Some(rest) = t.strip_prefix("Running ") {
-            self.suite = rest
-                .strip_prefix("tests/")
-                .and_then(|r| r.split_once(".rs"))
-                .map(|(name, _)| name.to_owned())
-                .filter(|n| !n.contains('/'));
-        } else if let Some(name) = t.strip_prefix("test ").and_then(|r| r.strip_suffix(" ... FAILED")) {
-            self.failed.push((self.suite.clone(), name.to_owned()));
+        if let Some(name) = line.trim().strip_prefix("test ").and_then(|r| r.strip_suffix(" ... FAILED")) {
+            self.failed.push(name.to_owned());
         }
     }
 
-    /// The failures to run again, by suite: None when any may not be.
-    fn retriable(&self) -> Option<Vec<(String, Vec<String>)>> {
+    /// The failures to run again, by suite (`tests/SUITE.rs`, from `sources`:
+    /// file stem and text): None when any may not be — a unit or doc test
+    /// (its name has `::` or a space), a name no single suite defines, or
+    /// too many failures.
+    fn retriable(&self, sources: &[(String, String)]) -> Option<Vec<(String, Vec<String>)>> {
         if self.failed.is_empty() || self.failed.len() > MAX_RETRIED {
             return None;
         }
         let mut by_suite: Vec<(String, Vec<String>)> = Vec::new();
-        for (suite, name) in &self.failed {
-            let suite = suite.clone()?;
-            match by_suite.iter_mut().find(|(s, _)| *s == suite) {
+        for name in &self.failed {
+            if name.contains("::") || name.contains(' ') {
+                return None;
+            }
+            let defines = |text: &str| text.contains(&format!("fn {name}()"));
+            let mut suites = sources.iter().filter(|(_, text)| defines(text)).map(|(stem, _)| stem);
+            let (Some(suite), None) = (suites.next(), suites.next()) else { return None };
+            match by_suite.iter_mut().find(|(s, _)| s == suite) {
                 Some((_, names)) => names.push(name.clone()),
-                None => by_suite.push((suite, vec![name.clone()])),
+                None => by_suite.push((suite.clone(), vec![name.clone()])),
             }
         }
         Some(by_suite)
     }
+}
+
+/// hystall's integration tests: (file stem, text).
+fn integration_sources() -> Vec<(String, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../hystall/tests");
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .filter_map(|p| Some((p.file_stem()?.to_str()?.to_owned(), std::fs::read_to_string(&p).ok()?)))
+        .collect()
 }
 
 /// Runs the failed tests of one suite once more; true when they all pass.
@@ -195,7 +205,7 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     // Failed once, passed alone: flaky, said by name; the run passes.
     let mut flaky = Vec::new();
     let mut passed = status.success();
-    if !passed && let Some(suites) = failures.retriable() {
+    if !passed && let Some(suites) = failures.retriable(&integration_sources()) {
         println!("xtask test: running the {} failed test(s) once more, alone", failures.failed.len());
         passed = true;
         for (suite, names) in &suites {
@@ -230,33 +240,38 @@ mod tests {
 
     #[test]
     fn only_a_few_integration_test_failures_are_retried_by_suite() {
+        let sources = vec![
+            ("node_scale".to_owned(), "#[test]\nfn twenty_clients() {}\n#[test]\nfn three_clients() {}".to_owned()),
+            ("decrypt_e2e".to_owned(), "#[test]\nfn four_stalled() {}\nfn helper() {}".to_owned()),
+            ("other".to_owned(), "fn helper() {}".to_owned()),
+        ];
         let mut f = Failures::default();
         for l in [
-            "     Running unittests src/lib.rs (target/release/deps/hystall-1)",
             "test core::x ... ok",
-            "     Running tests/node_scale.rs (target/release/deps/node_scale-2)",
             "test twenty_clients ... FAILED",
             "test three_clients ... FAILED",
-            "     Running tests/decrypt_e2e.rs (target/release/deps/decrypt_e2e-3)",
             "test four_stalled ... FAILED",
         ] {
             f.add(l);
         }
         assert_eq!(
-            f.retriable(),
+            f.retriable(&sources),
             Some(vec![
                 ("node_scale".to_owned(), vec!["twenty_clients".to_owned(), "three_clients".to_owned()]),
                 ("decrypt_e2e".to_owned(), vec!["four_stalled".to_owned()]),
             ])
         );
-        // A unit test (or a doc test) is never retried; nor are many failures.
-        f.add("   Doc-tests hystall");
-        f.add("test src/lib.rs - x (line 3) ... FAILED");
-        assert_eq!(f.retriable(), None);
-        let mut unit = Failures::default();
-        unit.add("     Running unittests src/lib.rs (target/release/deps/hystall-1)");
-        unit.add("test core::x ... FAILED");
-        assert_eq!(unit.retriable(), None);
+        // A unit or doc test, a name two suites define, or too many
+        // failures: never retried.
+        for name in ["core::x::tests::y", "src/lib.rs - x (line 3)", "helper"] {
+            let mut g = Failures::default();
+            g.add(&format!("test {name} ... FAILED"));
+            assert_eq!(g.retriable(&sources), None, "{name}");
+        }
+        f.add("test twenty_clients ... FAILED");
+        assert_eq!(f.retriable(&sources), None);
+        // The real suites are found.
+        assert!(integration_sources().iter().any(|(stem, _)| stem == "node_scale"));
     }
 
     #[test]

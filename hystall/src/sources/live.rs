@@ -562,14 +562,16 @@ impl Live {
     }
 
     /// Deletes the kernel entries of flows whose connection closed; returns
-    /// the flows that were deleted (the model need not remember their figures).
+    /// the flows no longer in the map (deleted now, or dropped by the kernel
+    /// before: their last read did not have them), whose figures the model
+    /// need not remember.
     pub fn forget_flows(&mut self, flows: &[FlowId]) -> Vec<FlowId> {
         if let Some(d) = self.decrypt.as_mut() {
             d.closed(flows);
         }
         let probes = &mut self.probes;
         let keys = &mut self.flow_keys;
-        flows.iter().filter(|f| keys.remove(f).is_some_and(|k| probes.forget_flow(&k))).copied().collect()
+        flows.iter().filter(|f| keys.remove(f).is_none_or(|k| probes.forget_flow(&k))).copied().collect()
     }
 
     fn inflight(&mut self, now: Mono) -> Vec<InflightSample> {

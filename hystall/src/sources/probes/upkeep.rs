@@ -56,10 +56,16 @@ impl Probes {
         Some(m.keys().filter_map(Result::ok).collect())
     }
 
-    /// Deletes a flow from the classifier's map; false if it was not there.
-    /// A packet that comes later simply starts a fresh entry.
+    /// Deletes a flow from the classifier's map; true when it is not there
+    /// any more (deleted, or gone already). A packet that comes later simply
+    /// starts a fresh entry.
     pub fn forget_flow(&mut self, key: &FlowKey) -> bool {
         let Some(map) = self.ebpf.map_mut("FLOWS") else { return false };
-        BpfHashMap::<_, FlowKey, FlowStats>::try_from(map).is_ok_and(|mut m| m.remove(key).is_ok())
+        let Ok(mut m) = BpfHashMap::<_, FlowKey, FlowStats>::try_from(map) else { return false };
+        match m.remove(key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => true,
+            Err(aya::maps::MapError::SyscallError(e)) => e.io_error.raw_os_error() == Some(libc::ENOENT),
+            Err(_) => false,
+        }
     }
 }
