@@ -34,7 +34,8 @@ pub struct FlowMap {
     reads: u32,
 }
 
-fn last_packet(s: &FlowStats) -> u64 {
+/// The flow's last packet, either way (ns since boot).
+pub fn last_packet(s: &FlowStats) -> u64 {
     s.dir.iter().flat_map(|d| d.last_ns).max().unwrap_or(0)
 }
 

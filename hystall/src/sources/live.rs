@@ -490,8 +490,7 @@ impl Live {
             let mut idle = Vec::new();
             let read = self.flow_keys.read(self.probes.flows().into_iter().filter(|(k, st)| {
                 let server = servers.is_server(k.server_port);
-                let last = st.dir.iter().flat_map(|d| d.last_ns).max().unwrap_or(0);
-                if !server && now.since(Mono(last)) >= CANDIDATE_FLOW_IDLE {
+                if !server && now.since(Mono(super::flow_map::last_packet(st))) >= CANDIDATE_FLOW_IDLE {
                     idle.push(*k);
                 }
                 server

@@ -187,12 +187,11 @@ fn carried_a_connection_that_carried_less_than_the_target_took_is_ruled_out() {
     assert_eq!(n.link(7).map(|l| l.0), Some(n.conn(1001)));
 }
 
-#[test]
-fn unattributed_when_nothing_tells_two_connections_apart() {
-    let mut n = Node::new();
+/// Two clients that do the same at the same moments, two targets (7, 8):
+/// nothing tells them apart.
+fn in_step(n: &mut Node) {
     n.client(1001, 1000);
     n.client(1002, 1000);
-    // Two clients that do the same at the same moments, two targets.
     n.dial(7, 2000);
     n.dial(8, 2000);
     n.send(1001, 2000, 3000, 10 * MIB);
@@ -200,6 +199,12 @@ fn unattributed_when_nothing_tells_two_connections_apart() {
     n.feed(7, 2000, 3000, 4 * MIB);
     n.feed(8, 2000, 3000, 4 * MIB);
     n.tick(3000);
+}
+
+#[test]
+fn unattributed_when_nothing_tells_two_connections_apart() {
+    let mut n = Node::new();
+    in_step(&mut n);
     assert_eq!(n.link(7), None);
     assert_eq!(n.link(8), None);
     let mut maybe = n.links.target(7).unwrap().maybe().to_vec();
@@ -212,15 +217,7 @@ fn a_group_whose_search_ran_out_of_budget_waits_before_the_next() {
     let mut n = Node::new();
     n.links = Attribution::new(Config { search_nodes: 1, ..Config::default() });
     n.tick(0);
-    n.client(1001, 1000);
-    n.client(1002, 1000);
-    n.dial(7, 2000);
-    n.dial(8, 2000);
-    n.send(1001, 2000, 3000, 10 * MIB);
-    n.send(1002, 2000, 3000, 10 * MIB);
-    n.feed(7, 2000, 3000, 4 * MIB);
-    n.feed(8, 2000, 3000, 4 * MIB);
-    n.tick(3000);
+    in_step(&mut n);
     assert_eq!(n.links.searches, 1, "searched once, out of budget");
     // New marks make every tick a deduction; the group waits its turn.
     for at in [3200, 3400, 4000, 4800] {

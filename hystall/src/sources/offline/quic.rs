@@ -202,7 +202,7 @@ impl Decryptors {
                     self.server_cid_len.insert(flow.server, h.scid.len() as u8);
                 }
             }
-            let opened = match open_unknown_cid(c, dir, &p, d) {
+            let opened = match open_unknown_cid(c, dir, direction, &p, d) {
                 Some(opened) => Ok(opened),
                 None => c.dec.decrypt(direction, &p, d),
             };
@@ -345,17 +345,13 @@ pub struct Decrypted {
 /// passed without the client's Initial (which says the client's length), and
 /// a capture may start after the handshake. Tried only once the keys are
 /// known, on a few datagrams: a wrong length fails authentication.
-fn open_unknown_cid(c: &mut QConn, dir: Dir, p: &Packet<'_>, d: &[u8]) -> Option<Opened> {
+fn open_unknown_cid(c: &mut QConn, dir: Dir, direction: Direction, p: &Packet<'_>, d: &[u8]) -> Option<Opened> {
     let Header::Short(h) = &p.header else { return None };
     let trials = &mut c.cid_trials[dir as usize];
     if h.pn_offset.is_some() || !c.dec.secrets_found() || *trials >= MAX_CID_TRIALS {
         return None;
     }
     *trials += 1;
-    let direction = match dir {
-        Dir::C2s => Direction::ClientToServer,
-        Dir::S2c => Direction::ServerToClient,
-    };
     // A short header runs to the end of the datagram.
     let rest = d.get(p.offset..)?;
     for len in CID_LENS {
