@@ -235,7 +235,7 @@ fn four_stalled_uploads_are_confirmed_from_live_frames() {
 /// once; n = 0: idle), datagrams flowing through every tunnel; returns the
 /// events and, per client, whether a new request still worked at the end.
 fn run(port: u16, opts: Options, clients: &[(Behaviour, usize)], secs: u64) -> (Vec<Value>, Vec<bool>, SingBox) {
-    run_watching(&port.to_string(), port, opts, clients, secs, Duration::ZERO)
+    run_watching(&port.to_string(), port, opts, clients, secs, Duration::ZERO, &[])
 }
 
 /// `run`, watching `ports` (the server's port and the ones hopped to).
@@ -246,8 +246,9 @@ fn run_watching(
     clients: &[(Behaviour, usize)],
     secs: u64,
     upload_after: Duration,
+    watch_args: &[&str],
 ) -> (Vec<Value>, Vec<bool>, SingBox) {
-    let mut w = watch_ports(ports, &[]);
+    let mut w = watch_ports(ports, watch_args);
     let mut sb = start_server_with(&mut w, Options { server_port: Some(port), ..opts });
     let stop = Arc::new(AtomicBool::new(false));
     let mut targets = Vec::new();
@@ -455,10 +456,25 @@ fn a_client_that_hops_ports_is_confirmed_across_its_hops() {
     let _nft = common::nft::NftTable::dnat("hystall_decrypt_hop", "23121-23130", 23120).expect("nft DNAT rule");
     let opts =
         Options { server_ports: Some("23121:23130".into()), hop_interval: Some("5s".into()), ..Default::default() };
+    // The capture and key log of the run stay when it fails, for
+    // `hystall pcap --keylog` (what the client sent after each hop).
+    let dir = tmpdir("hop");
+    let keys = dir.join("keys.log");
+    let capture = dir.join("run.pcap");
+    let dump = Tcpdump::start(&capture, "udp portrange 23120-23130");
     // The uploads start after the first hop: the frames read are on a flow
     // the handshake never used (tied to the connection by its CIDs).
-    let (events, truth, sb) =
-        run_watching("23120-23130", 23120, opts, &[(Behaviour::Stall, 4)], 25, Duration::from_secs(7));
+    let (events, truth, sb) = run_watching(
+        "23120-23130",
+        23120,
+        opts,
+        &[(Behaviour::Stall, 4)],
+        25,
+        Duration::from_secs(7),
+        &["--keylog-out", keys.to_str().unwrap()],
+    );
+    dump.stop();
+    eprintln!("capture and key log of this run: {}", dir.display());
     assert_eq!(truth, vec![false], "the client is starved");
     let starved = named(&events, "quic_starved");
     let confirmed: Vec<&&Value> = starved.iter().filter(|e| e["confidence"] == "confirmed").collect();
@@ -480,6 +496,7 @@ fn a_client_that_hops_ports_is_confirmed_across_its_hops() {
             "{e}"
         );
     }
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Files under `roots` modified since `since` (not following links, not

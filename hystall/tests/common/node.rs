@@ -398,6 +398,12 @@ impl Run {
         }
         score.wrong += self.orphan_flags().len();
         eprintln!("{name}: {score}\n{}", story.join("\n"));
+        // HYSTALL_NODE_EVENTS=1: every event of the run, for a look at the evidence.
+        if std::env::var_os("HYSTALL_NODE_EVENTS").is_some() {
+            for e in self.events.iter().filter(|e| e["event"] != "quic_conn_opened") {
+                eprintln!("{e}");
+            }
+        }
         assert!(
             score.wrong == 0
                 && score.foreign == 0
