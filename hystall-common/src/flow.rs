@@ -24,6 +24,10 @@ pub const SAMPLE_BYTES: usize = 64;
 pub const MAX_FLOWS: u32 = 65_536;
 pub const MAX_PORTS: u32 = 65_536;
 pub const SAMPLES_RING_BYTES: u32 = 1 << 20;
+/// Names of flows that moved in a read epoch (`MOVED`): 48 bytes a flow
+/// with the ring's header, so ~21,000 flows moved between two reads before
+/// it fills (then the next read is a whole one).
+pub const MOVED_RING_BYTES: u32 = 1 << 20;
 
 /// A UDP flow between a client and the server, direction-normalised. Addresses
 /// in network order (IPv4 in the first 4 bytes), ports in host order.
@@ -59,6 +63,10 @@ pub struct FlowStats {
     /// `--decrypt`: small client packets kept as snips since the flow's last
     /// full-size client packet (`decrypt::Snips`).
     pub snips: u32,
+    /// The read epoch of the flow's last packet (`FLOW_EPOCH`): its first
+    /// packet in an epoch names the flow in `MOVED`.
+    pub epoch: u32,
+    pub _pad: u32,
 }
 
 /// The start of one packet's UDP payload, sent to user space for new flows,

@@ -144,8 +144,11 @@ pub mod counter {
     /// Packets of selected connections not passed for decryption (ring full
     /// or the connection's byte budget spent).
     pub const PACKETS_LOST: u32 = 9;
+    /// Moved-flow names lost (`MOVED` ring full): user space reads the whole
+    /// flow map next instead of only what moved.
+    pub const MOVED_LOST: u32 = 10;
     /// Number of counters.
-    pub const LEN: u32 = 10;
+    pub const LEN: u32 = 11;
 }
 
 /// Sizes of the kernel maps (documented in docs/ARCHITECTURE.md).

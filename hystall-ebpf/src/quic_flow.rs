@@ -16,6 +16,7 @@
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP,
     helpers::generated::bpf_skb_load_bytes,
     macros::{classifier, map},
     maps::{Array, LruHashMap, PerCpuArray, RingBuf},
@@ -23,7 +24,7 @@ use aya_ebpf::{
 };
 use hystall_common::{
     AF_INET, AF_INET6, Budget, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW, MAX_FLOWS,
-    MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, NEAR_FULL, PACKET_MAX, PACKETS_RING_BYTES, SAMPLE_BYTES,
+    MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, MOVED_RING_BYTES, NEAR_FULL, PACKET_MAX, PACKETS_RING_BYTES, SAMPLE_BYTES,
     SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_FIRST, Snips, TAIL_BYTES, TAILS, counter,
     crossed, size_class,
 };
@@ -44,6 +45,15 @@ pub static FLOWS: LruHashMap<FlowKey, FlowStats> = LruHashMap::with_max_entries(
 pub static FLOW_SAMPLES: RingBuf = RingBuf::with_byte_size(SAMPLES_RING_BYTES, 0);
 #[map]
 static FLOW_SCRATCH: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(1, 0);
+/// The read epoch: user space moves it on before each read of `FLOWS` (0:
+/// it reads the whole map, nothing is named).
+#[map]
+pub static FLOW_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
+/// The flows that moved in the epoch: each flow's key once, at its first
+/// packet in the epoch, so that a read looks up those and not the whole
+/// map (at node scale most flows are quiet between two reads).
+#[map]
+pub static MOVED: RingBuf = RingBuf::with_byte_size(MOVED_RING_BYTES, 0);
 
 /// `--decrypt` (a load-time constant: without it the verifier drops the
 /// code below, and it costs nothing).
@@ -150,6 +160,20 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
             FLOWS.get_ptr_mut(&p.key).ok_or(())?
         }
     };
+    // Its first packet in this read epoch names the flow (no wake-up: user
+    // space drains the ring when it reads the map). Two CPUs may both name
+    // it: a second look-up, nothing lost.
+    if let Some(&epoch) = FLOW_EPOCH.get(0)
+        && epoch != 0
+    {
+        let e = unsafe { &mut (*stats).epoch };
+        if *e != epoch {
+            *e = epoch;
+            if MOVED.output::<FlowKey>(&p.key, BPF_RB_NO_WAKEUP as u64).is_err() {
+                bump(counter::MOVED_LOST);
+            }
+        }
+    }
     // Checked indexing (no panic paths: the verifier rejects them).
     let d = unsafe { (*stats).dir.get_mut(p.dir).ok_or(())? };
     // The flow's client bytes before the packet, for the byte marks (read

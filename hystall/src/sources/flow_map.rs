@@ -74,6 +74,38 @@ impl FlowMap {
         out
     }
 
+    /// A read of the flows the kernel named as moved (`probes::moved`):
+    /// `entries` found in the map, `missing` named but not there any more.
+    /// Quiet flows are not in it, so nothing is gone for being absent; the
+    /// whole reads between find what the LRU map dropped unnamed.
+    pub fn read_moved(&mut self, entries: impl IntoIterator<Item = (FlowKey, FlowStats)>, missing: &[FlowKey]) -> Read {
+        let read = self.reads;
+        let mut out = Read::default();
+        for (key, st) in entries {
+            let id = flow_id(&key);
+            let last = last_packet(&st);
+            match self.known.get_mut(&id) {
+                Some(k) if k.last == last && k.key == key => continue,
+                Some(k) => {
+                    k.key = key;
+                    k.last = last;
+                }
+                None => {
+                    self.known.insert(id, Known { key, last, read });
+                }
+            }
+            out.moved.push((id, flow_counters(&st)));
+        }
+        for key in missing {
+            let id = flow_id(key);
+            if self.known.get(&id).is_some_and(|k| k.key == *key) {
+                self.known.remove(&id);
+                out.gone.push(id);
+            }
+        }
+        out
+    }
+
     /// The kernel key of a flow of the last read.
     pub fn key(&self, flow: &FlowId) -> Option<FlowKey> {
         self.known.get(flow).map(|k| k.key)
@@ -140,5 +172,24 @@ mod tests {
         // Same 5-tuple, counters from zero, a later packet.
         let again = m.read([entry(1, 11)]);
         assert_eq!(again.moved.len(), 1);
+    }
+
+    #[test]
+    fn a_read_of_the_named_flows_hands_on_those_that_moved_and_leaves_the_quiet_ones() {
+        let mut m = FlowMap::default();
+        m.read([entry(1, 10), entry(2, 10), entry(3, 10)]);
+        // 2 moved, 4 is new, 3 was named but is gone from the map; 1 was not
+        // named (quiet): it stays, and is not gone for being absent.
+        let (k3, _) = entry(3, 10);
+        let r = m.read_moved([entry(2, 20), entry(4, 20)], &[k3]);
+        assert_eq!(ports(&r.moved), [2, 4]);
+        assert_eq!(r.gone.iter().map(|f| f.client.port()).collect::<Vec<_>>(), [3]);
+        assert_eq!(m.len(), 3, "1, 2 and 4");
+        // Named twice with no new packet (two CPUs named it): nothing moved.
+        assert!(m.read_moved([entry(2, 20)], &[]).moved.is_empty());
+        // The next whole read still finds what the map dropped unnamed.
+        let whole = m.read([entry(2, 20), entry(4, 20)]);
+        assert!(whole.moved.is_empty());
+        assert_eq!(whole.gone.iter().map(|f| f.client.port()).collect::<Vec<_>>(), [1]);
     }
 }

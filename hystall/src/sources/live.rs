@@ -35,8 +35,13 @@ const RESCAN_EVERY: Duration = Duration::from_secs(1);
 /// How often, until the syscall probes are attached, the watched processes are
 /// checked for blocking TCP sockets.
 const BLOCKING_CHECK_EVERY: Duration = Duration::from_secs(2);
-/// How often the flow map is read (it can hold tens of thousands of flows).
+/// How often the flow map is read (it can hold tens of thousands of flows):
+/// the flows named as moved since the last read (`probes::moved`), and the
+/// whole map every `WHOLE_FLOWS_EVERY` (the LRU map drops quiet flows
+/// without a packet to name them), on the first read and after names were
+/// lost to a full ring.
 const FLOWS_EVERY: Duration = Duration::from_millis(500);
+const WHOLE_FLOWS_EVERY: Duration = Duration::from_secs(10);
 /// Flows of ports that are not (or not yet) QUIC server ports are deleted
 /// from the kernel map after this long without a packet: nothing reads them,
 /// and a busy proxy's own client sockets would otherwise fill the map. (A
@@ -97,6 +102,14 @@ pub struct Live {
     /// Flows the kernel's LRU map dropped to make room (gone between two
     /// reads without our deleting them): the map is too small for the node.
     flows_evicted: u64,
+    /// The names of the flows that moved (taken with the samples' ring).
+    moved: Option<super::probes::moved::Moved>,
+    /// The last whole read of the flow map (ZERO: none yet).
+    last_whole: Mono,
+    /// Names lost to a full ring, and the server ports, as of the last whole
+    /// read (a port that became a server's has quiet flows to read too).
+    moved_lost: u64,
+    whole_servers: usize,
     /// Socket inodes → the watched process holding them (fds read only for
     /// new sockets; one walk serves the UDP candidates and the blocking TCP
     /// check); and each TCP socket's blocking mode once read.
@@ -160,6 +173,10 @@ impl Live {
             ports: HashSet::new(),
             owners: HashMap::new(),
             last_flows: Mono::ZERO,
+            moved: None,
+            last_whole: Mono::ZERO,
+            moved_lost: 0,
+            whole_servers: 0,
             last_nft: Mono::ZERO,
             configs: HashMap::new(),
             diag,
@@ -283,6 +300,7 @@ impl Live {
             let fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
                 .map_err(|e| ProbeError::Map("FLOW_SAMPLES", e.to_string()))?;
             self.samples = Some(fd);
+            self.moved = Some(self.probes.take_moved()?);
         } else {
             self.probes.set_ports(&ports)?;
         }
@@ -334,6 +352,51 @@ impl Live {
     /// Run time and run count of each loaded program (for metrics).
     pub fn prog_stats(&self) -> Vec<super::probes::stats::ProgStats> {
         self.probes.prog_stats()
+    }
+
+    /// One read of the flow map: the flows named as moved, or the whole map
+    /// (see `FLOWS_EVERY`). Candidates' flows (and those of ports no longer
+    /// watched) never reach the model; the idle ones go from the kernel map
+    /// at the whole reads.
+    fn read_flows(&mut self, now: Mono) -> super::flow_map::Read {
+        let lost = self.probes.counters()[hystall_common::counter::MOVED_LOST as usize];
+        let names = match self.moved.as_mut().map(|m| m.next_epoch(&mut self.probes)) {
+            Some(Ok(names)) => Some(names),
+            Some(Err(e)) => {
+                tracing::debug!("moved flows: {e}");
+                None
+            }
+            None => None,
+        };
+        let servers_now = self.servers.counts().0;
+        let whole = self.last_whole == Mono::ZERO
+            || now.since(self.last_whole) >= WHOLE_FLOWS_EVERY
+            || lost != self.moved_lost
+            || servers_now != self.whole_servers;
+        let servers = &self.servers;
+        match names {
+            Some(names) if !whole => {
+                let looked = self.probes.lookup_flows(names.into_iter().filter(|k| servers.is_server(k.server_port)));
+                self.flow_keys.read_moved(looked.found, &looked.missing)
+            }
+            _ => {
+                self.last_whole = now;
+                self.moved_lost = lost;
+                self.whole_servers = servers_now;
+                let mut idle = Vec::new();
+                let read = self.flow_keys.read(self.probes.flows().into_iter().filter(|(k, st)| {
+                    let server = servers.is_server(k.server_port);
+                    if !server && now.since(Mono(super::flow_map::last_packet(st))) >= CANDIDATE_FLOW_IDLE {
+                        idle.push(*k);
+                    }
+                    server
+                }));
+                for k in &idle {
+                    self.probes.forget_flow(k);
+                }
+                read
+            }
+        }
     }
 
     pub fn counters(&self) -> [u64; hystall_common::counter::LEN as usize] {
@@ -484,20 +547,7 @@ impl Live {
         }
         if self.samples.is_some() && now.since(self.last_flows) >= FLOWS_EVERY {
             self.last_flows = now;
-            // Candidates' flows (and those of ports no longer watched) never
-            // reach the model; the idle ones go from the kernel map.
-            let servers = &self.servers;
-            let mut idle = Vec::new();
-            let read = self.flow_keys.read(self.probes.flows().into_iter().filter(|(k, st)| {
-                let server = servers.is_server(k.server_port);
-                if !server && now.since(Mono(super::flow_map::last_packet(st))) >= CANDIDATE_FLOW_IDLE {
-                    idle.push(*k);
-                }
-                server
-            }));
-            for k in &idle {
-                self.probes.forget_flow(k);
-            }
+            let read = self.read_flows(now);
             tracing::debug!(
                 flows = self.flow_keys.len(),
                 moved = read.moved.len(),

@@ -90,6 +90,7 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
             (vec![("ring", "samples".to_owned())], c(counter::SAMPLES_LOST)),
             (vec![("ring", "marks".to_owned())], c(counter::MARKS_LOST)),
             (vec![("ring", "secrets".to_owned())], c(counter::SECRETS_LOST)),
+            (vec![("ring", "moved".to_owned())], c(counter::MOVED_LOST)),
         ],
     );
     count(

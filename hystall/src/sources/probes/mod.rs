@@ -6,6 +6,7 @@
 
 pub mod batch;
 pub mod btf;
+pub mod moved;
 pub mod stats;
 pub mod syscalls;
 pub mod tc;
