@@ -549,6 +549,7 @@ impl Live {
             self.last_flows = now;
             let read = self.read_flows(now);
             tracing::debug!(
+                whole = self.last_whole == now,
                 flows = self.flow_keys.len(),
                 moved = read.moved.len(),
                 evicted = read.gone.len(),
