@@ -64,7 +64,8 @@ pub struct Conn {
     pub frames: Option<Box<super::frames::FrameState>>,
     /// Counters of the paths this connection left (a port-hopping client's
     /// old 5-tuples, idle past the timeout): folded in so their flows can go.
-    folded: (DirCounters, DirCounters),
+    /// Boxed: only port-hopping clients have any.
+    folded: Option<Box<(DirCounters, DirCounters)>>,
     /// Client addresses of those paths that no remaining flow has.
     folded_clients: usize,
     /// Length of the server's connection IDs for this connection: from its
@@ -201,8 +202,9 @@ struct FlowState {
     obfuscated: bool,
     counters: FlowCounters,
     /// Cumulative kernel counters when this flow joined its connection (a
-    /// 5-tuple reused after an earlier connection on it closed).
-    base: FlowCounters,
+    /// 5-tuple reused after an earlier connection on it closed). Boxed: rare,
+    /// and a node keeps tens of thousands of flows.
+    base: Option<Box<FlowCounters>>,
 }
 
 /// A change the table reports.
@@ -482,7 +484,7 @@ impl ConnTable {
     pub fn counters(&mut self, at: Mono, flow: FlowId, counters: FlowCounters) {
         // A known flow (nearly every one of a poll): one lookup.
         if let Some(st) = self.flows.get_mut(&flow) {
-            let now = since(&counters, &st.base);
+            let now = since(&counters, st.base.as_deref());
             if st.counters != now {
                 st.counters = now;
                 self.dirty.insert(st.conn);
@@ -494,7 +496,7 @@ impl ConnTable {
         if counters.c2s.total_packets() == 0 && !self.client_has_open_conn(&flow) {
             return;
         }
-        let mut base = FlowCounters::default();
+        let mut base = None;
         if let Some(old) = self.retired.get_mut(&flow) {
             // Nothing new from the client: the closed connection's last
             // figures, or a server's late packets (a retransmitted close, a
@@ -506,13 +508,13 @@ impl ConnTable {
                 }
                 return;
             }
-            base = old.clone();
+            base = Some(Box::new(old.clone()));
             self.retired.remove(&flow);
         }
         // Counted before any sample reached us.
         let conn = self.attach_flow(flow, None, at);
         let st = self.flows.get_mut(&flow).expect("attached");
-        st.counters = since(&counters, &base);
+        st.counters = since(&counters, base.as_deref());
         st.base = base;
         self.dirty.insert(conn);
     }
@@ -537,8 +539,9 @@ impl ConnTable {
             let Some(st) = self.flows.remove(&f) else { continue };
             let Some(c) = self.conns.get_mut(&st.conn) else { continue };
             self.dirty.insert(c.id);
-            c.folded.0.add(&st.counters.c2s);
-            c.folded.1.add(&st.counters.s2c);
+            let folded = c.folded.get_or_insert_default();
+            folded.0.add(&st.counters.c2s);
+            folded.1.add(&st.counters.s2c);
             c.flows.retain(|x| *x != f);
             if c.flows.len() < 2 {
                 self.multipath.remove(&c.id);
@@ -550,8 +553,10 @@ impl ConnTable {
                 }
             }
             let mut total = st.counters.clone();
-            total.c2s.add(&st.base.c2s);
-            total.s2c.add(&st.base.s2c);
+            if let Some(base) = &st.base {
+                total.c2s.add(&base.c2s);
+                total.s2c.add(&base.s2c);
+            }
             self.retired.insert(f, total);
             if self.stale.len() < MAX_STALE {
                 self.stale.push(f);
@@ -570,7 +575,7 @@ impl ConnTable {
         }
         for id in std::mem::take(&mut self.dirty) {
             let Some(c) = self.conns.get_mut(&id) else { continue };
-            let (mut c2s, mut s2c) = c.folded;
+            let (mut c2s, mut s2c) = c.folded.as_deref().copied().unwrap_or_default();
             for f in &c.flows {
                 if let Some(st) = self.flows.get(f) {
                     c2s.add(&st.counters.c2s);
@@ -626,8 +631,10 @@ impl ConnTable {
             for flow in &c.flows {
                 if let Some(st) = self.flows.remove(flow) {
                     let mut total = st.counters.clone();
-                    total.c2s.add(&st.base.c2s);
-                    total.s2c.add(&st.base.s2c);
+                    if let Some(base) = &st.base {
+                        total.c2s.add(&base.c2s);
+                        total.s2c.add(&base.s2c);
+                    }
                     self.retired.insert(*flow, total);
                     out.push(*flow);
                 }
@@ -664,7 +671,8 @@ impl ConnTable {
 }
 
 /// `now - base`, per class (times are kept from `now`).
-fn since(now: &FlowCounters, base: &FlowCounters) -> FlowCounters {
+fn since(now: &FlowCounters, base: Option<&FlowCounters>) -> FlowCounters {
+    let Some(base) = base else { return now.clone() };
     let d = |n: &DirCounters, b: &DirCounters| {
         let mut out = *n;
         for i in 0..3 {
