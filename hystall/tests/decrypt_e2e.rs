@@ -405,8 +405,22 @@ fn an_idle_client_beside_a_starved_one_is_never_flagged() {
     if !singbox::sing_box_or_skip(test) {
         return;
     }
+    // The capture and key log stay when it fails (`hystall pcap --keylog`).
+    let dir = tmpdir("idle");
+    let keys = dir.join("keys.log");
+    let dump = Tcpdump::start(&dir.join("run.pcap"), "udp port 23106");
     // The second client uploads nothing: only datagrams through its tunnel.
-    let (events, truth, sb) = run(23106, Options::default(), &[(Behaviour::Stall, 4), (Behaviour::Fast, 0)], 25);
+    let (events, truth, sb) = run_watching(
+        "23106",
+        23106,
+        Options::default(),
+        &[(Behaviour::Stall, 4), (Behaviour::Fast, 0)],
+        25,
+        Duration::ZERO,
+        &["--keylog-out", keys.to_str().unwrap()],
+    );
+    dump.stop();
+    eprintln!("capture and key log of this run: {}", dir.display());
     assert_eq!(truth, vec![false, true]);
     let idle = client_addrs(sb.client_pid_of(1));
     let starved = client_addrs(sb.client_pid_of(0));
@@ -421,6 +435,7 @@ fn an_idle_client_beside_a_starved_one_is_never_flagged() {
         .filter(|e| e["client"].as_str().is_some_and(|c| idle.contains(c)))
         .collect();
     assert!(wrong.is_empty(), "the idle client is flagged: {wrong:#?}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
