@@ -48,19 +48,7 @@ impl FlowMap {
         let mut seen = 0;
         for (key, st) in entries {
             seen += 1;
-            let id = flow_id(&key);
-            let last = last_packet(&st);
-            match self.known.get_mut(&id) {
-                Some(k) if k.last == last && k.key == key => {
-                    k.read = read;
-                    continue;
-                }
-                Some(k) => *k = Known { key, last, read },
-                None => {
-                    self.known.insert(id, Known { key, last, read });
-                }
-            }
-            out.moved.push((id, flow_counters(&st)));
+            out.moved.extend(self.see(key, &st));
         }
         if self.known.len() > seen {
             self.known.retain(|id, k| {
@@ -79,22 +67,9 @@ impl FlowMap {
     /// Quiet flows are not in it, so nothing is gone for being absent; the
     /// whole reads between find what the LRU map dropped unnamed.
     pub fn read_moved(&mut self, entries: impl IntoIterator<Item = (FlowKey, FlowStats)>, missing: &[FlowKey]) -> Read {
-        let read = self.reads;
         let mut out = Read::default();
         for (key, st) in entries {
-            let id = flow_id(&key);
-            let last = last_packet(&st);
-            match self.known.get_mut(&id) {
-                Some(k) if k.last == last && k.key == key => continue,
-                Some(k) => {
-                    k.key = key;
-                    k.last = last;
-                }
-                None => {
-                    self.known.insert(id, Known { key, last, read });
-                }
-            }
-            out.moved.push((id, flow_counters(&st)));
+            out.moved.extend(self.see(key, &st));
         }
         for key in missing {
             let id = flow_id(key);
@@ -104,6 +79,23 @@ impl FlowMap {
             }
         }
         out
+    }
+
+    /// One entry of a read (marked seen by the current one): its counters
+    /// when it is new or had packets since it was last seen.
+    fn see(&mut self, key: FlowKey, st: &FlowStats) -> Option<(FlowId, FlowCounters)> {
+        let (id, last, read) = (flow_id(&key), last_packet(st), self.reads);
+        match self.known.get_mut(&id) {
+            Some(k) if k.last == last && k.key == key => {
+                k.read = read;
+                return None;
+            }
+            Some(k) => *k = Known { key, last, read },
+            None => {
+                self.known.insert(id, Known { key, last, read });
+            }
+        }
+        Some((id, flow_counters(st)))
     }
 
     /// The kernel key of a flow of the last read.

@@ -359,7 +359,7 @@ impl Live {
     /// watched) never reach the model; the idle ones go from the kernel map
     /// at the whole reads.
     fn read_flows(&mut self, now: Mono) -> super::flow_map::Read {
-        let lost = self.probes.counters()[hystall_common::counter::MOVED_LOST as usize];
+        let lost = self.probes.counter(hystall_common::counter::MOVED_LOST);
         let names = match self.moved.as_mut().map(|m| m.next_epoch(&mut self.probes)) {
             Some(Ok(names)) => Some(names),
             Some(Err(e)) => {

@@ -477,7 +477,6 @@ impl Attribution {
             return;
         }
         self.aborted.retain(|_, at| now.since(*at) < SEARCH_BACKOFF);
-        let skip: std::collections::HashSet<Vec<u64>> = self.aborted.keys().cloned().collect();
         let problem = solve::Problem {
             conns: &self.conns,
             targets: &self.targets,
@@ -485,7 +484,7 @@ impl Attribution {
             open: open.clone(),
             now,
             windows: fit::Windows { stream: self.cfg.stream_window, conn: self.cfg.conn_window },
-            skip: &skip,
+            skip: &self.aborted,
             budget: self.cfg.search_nodes,
         };
         let solved = problem.solve();

@@ -11,7 +11,7 @@
 //! marks make every tick a deduction, and one such group searched each tick
 //! took half a core.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::fit::{carried, unexplained};
 use super::{ConnSeries, Target};
@@ -29,8 +29,8 @@ pub struct Problem<'a> {
     pub open: BTreeMap<u64, Vec<u64>>,
     pub now: Mono,
     pub windows: super::fit::Windows,
-    /// Groups not to search (their last search ran out of budget).
-    pub skip: &'a HashSet<Vec<u64>>,
+    /// Groups not to search (their last search ran out of budget, when).
+    pub skip: &'a HashMap<Vec<u64>, Mono>,
     /// Nodes one group's search may visit.
     pub budget: usize,
 }
@@ -106,7 +106,7 @@ impl Problem<'_> {
         }
         // 2. Groups of open targets that share candidates, searched.
         for group in groups(&self.open) {
-            if group.len() <= MAX_GROUP && !self.skip.contains(&group) {
+            if group.len() <= MAX_GROUP && !self.skip.contains_key(&group) {
                 searched += 1;
                 match self.search(&group) {
                     Some(ties) => out.extend(ties.into_iter().map(|(t, c)| (t, c, true))),

@@ -407,14 +407,17 @@ impl Probes {
     /// Health counters summed over CPUs: `[lost, sent, map_full, _]`.
     pub fn counters(&self) -> [u64; counter::LEN as usize] {
         let mut out = [0u64; counter::LEN as usize];
-        let Some(map) = self.ebpf.map("COUNTERS") else { return out };
-        let Ok(arr) = PerCpuArray::<_, u64>::try_from(map) else { return out };
         for (i, slot) in out.iter_mut().enumerate() {
-            if let Ok(v) = arr.get(&(i as u32), 0) {
-                *slot = v.iter().sum();
-            }
+            *slot = self.counter(i as u32);
         }
         out
+    }
+
+    /// One health counter (`hystall_common::counter`), summed over CPUs.
+    pub fn counter(&self, idx: u32) -> u64 {
+        let Some(map) = self.ebpf.map("COUNTERS") else { return 0 };
+        let Ok(arr) = PerCpuArray::<_, u64>::try_from(map) else { return 0 };
+        arr.get(&idx, 0).map_or(0, |v| v.iter().sum())
     }
 }
 
