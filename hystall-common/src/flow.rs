@@ -20,6 +20,15 @@ pub const FULL_MIN: u32 = 1001;
 /// two 20-byte connection IDs.
 pub const SAMPLE_BYTES: usize = 64;
 
+/// Server → client packets at least this large are *replies* (their times
+/// are kept, `FlowStats::replies`): a Hysteria2 server answers each TCP
+/// request once the target is dialled (a status and 128–1023 bytes of
+/// padding: 150 bytes or more on the wire), while an uploading client gets
+/// ACKs (a few dozen bytes) and nothing else.
+pub const REPLY_MIN: u32 = 150;
+/// Reply times kept per flow.
+pub const REPLY_SLOTS: usize = 4;
+
 /// Sizes of the QUIC maps (docs/ARCHITECTURE.md).
 pub const MAX_FLOWS: u32 = 65_536;
 pub const MAX_PORTS: u32 = 65_536;
@@ -66,7 +75,11 @@ pub struct FlowStats {
     /// The read epoch of the flow's last packet (`FLOW_EPOCH`): its first
     /// packet in an epoch names the flow in `MOVED`.
     pub epoch: u32,
-    pub _pad: u32,
+    /// Server → client packets of at least `REPLY_MIN` bytes so far; the
+    /// last `REPLY_SLOTS` of them are stamped in `replies` (slot = count %
+    /// slots).
+    pub replies_n: u32,
+    pub replies: [u64; REPLY_SLOTS],
 }
 
 /// The start of one packet's UDP payload, sent to user space for new flows,

@@ -24,9 +24,9 @@ use aya_ebpf::{
 };
 use hystall_common::{
     AF_INET, AF_INET6, Budget, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW, MAX_FLOWS,
-    MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, MOVED_RING_BYTES, NEAR_FULL, PACKET_MAX, PACKETS_RING_BYTES, SAMPLE_BYTES,
-    SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_FIRST, Snips, TAIL_BYTES, TAILS, counter,
-    crossed, size_class,
+    MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, MOVED_RING_BYTES, NEAR_FULL, PACKET_MAX, PACKETS_RING_BYTES, REPLY_MIN,
+    REPLY_SLOTS, SAMPLE_BYTES, SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_FIRST, Snips,
+    TAIL_BYTES, TAILS, counter, crossed, size_class,
 };
 
 use crate::maps::{bump, mark, now_ns, wakeup};
@@ -195,6 +195,18 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
     }
     if d.first_ns == 0 {
         d.first_ns = now;
+    }
+    // A server packet larger than an ACK: its time is kept, for the reply
+    // evidence of the attribution (which connection was answered right after
+    // a target's connect completed). Uploading clients get ACKs only, so
+    // this costs a store where the server sends data, not per packet.
+    if p.dir == DIR_S2C && seg_len >= REPLY_MIN {
+        let n = unsafe { &mut (*stats).replies_n };
+        let slot = *n as usize % REPLY_SLOTS;
+        if let Some(r) = unsafe { (*stats).replies.get_mut(slot) } {
+            *r = now;
+        }
+        *n = n.wrapping_add(1);
     }
 
     if d.sampling.take(now, p.head, p.dir == DIR_C2S) {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use foldhash::{HashMap, HashSet};
 use serde::Serialize;
 
-use super::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
+use super::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample, Reply};
 use super::quic::{ConnectionId, Peek, common_prefix};
 use super::time::Mono;
 
@@ -314,6 +314,15 @@ impl ConnTable {
     }
 
     /// The connection a flow belongs to.
+    /// Whether the server answered `conn` in `[from, to]`, over all its
+    /// paths (`Replies`).
+    pub fn reply(&self, conn: u64, from: Mono, to: Mono) -> Reply {
+        let Some(c) = self.conns.get(&conn) else { return Reply::Unknown };
+        Reply::any(
+            c.flows.iter().map(|f| self.flows.get(f).map_or(Reply::Unknown, |st| st.counters.replies.within(from, to))),
+        )
+    }
+
     pub fn conn_of(&self, flow: &FlowId) -> Option<u64> {
         self.flows.get(flow).map(|f| f.conn)
     }
@@ -681,7 +690,7 @@ fn since(now: &FlowCounters, base: Option<&FlowCounters>) -> FlowCounters {
         }
         out
     };
-    FlowCounters { c2s: d(&now.c2s, &base.c2s), s2c: d(&now.s2c, &base.s2c) }
+    FlowCounters { c2s: d(&now.c2s, &base.c2s), s2c: d(&now.s2c, &base.s2c), replies: now.replies }
 }
 
 fn rates(old: &Point, new: &Point, secs: f64) -> Rates {
@@ -871,20 +880,20 @@ mod tests {
             last: [Some(s(1.0)), None, None],
             first: Some(s(0.0)),
         };
-        t.poll(s(1.0), vec![(a, FlowCounters { c2s: dc(10), s2c: dc(10) })]);
+        t.poll(s(1.0), vec![(a, FlowCounters { c2s: dc(10), s2c: dc(10), ..Default::default() })]);
         t.tick(s(1.0));
         assert_eq!(t.tick(s(3.5)), vec![ConnChange::Opened(1), ConnChange::Closed(1)]);
         t.sweep();
         // The kernel's LRU map still holds the flow with the same figures.
-        t.poll(s(4.0), vec![(a, FlowCounters { c2s: dc(10), s2c: dc(10) })]);
+        t.poll(s(4.0), vec![(a, FlowCounters { c2s: dc(10), s2c: dc(10), ..Default::default() })]);
         assert!(t.is_empty());
         // The server's late packets (a retransmitted close) open nothing either.
         t.sample(s(4.2), &sample(a, Dir::S2c, vec![0x40, 1, 2, 3]));
-        t.poll(s(4.5), vec![(a, FlowCounters { c2s: dc(10), s2c: dc(12) })]);
+        t.poll(s(4.5), vec![(a, FlowCounters { c2s: dc(10), s2c: dc(12), ..Default::default() })]);
         t.tick(s(4.5));
         assert!(t.is_empty());
         // A new connection on the same 5-tuple counts from where the old one ended.
-        t.poll(s(5.0), vec![(a, FlowCounters { c2s: dc(15), s2c: dc(14) })]);
+        t.poll(s(5.0), vec![(a, FlowCounters { c2s: dc(15), s2c: dc(14), ..Default::default() })]);
         t.tick(s(5.0));
         let c = t.iter().next().unwrap();
         assert_eq!((c.c2s.total_packets(), c.s2c.total_packets()), (5, 2));
@@ -930,8 +939,8 @@ mod tests {
             last: [None, None, Some(s(at))],
             first: Some(s(0.0)),
         };
-        t.counters(s(10.0), a, FlowCounters { c2s: dc(100, 9.0), s2c: dc(10, 9.0) });
-        t.counters(s(10.0), b, FlowCounters { c2s: dc(50, 10.0), s2c: dc(5, 10.0) });
+        t.counters(s(10.0), a, FlowCounters { c2s: dc(100, 9.0), s2c: dc(10, 9.0), ..Default::default() });
+        t.counters(s(10.0), b, FlowCounters { c2s: dc(50, 10.0), s2c: dc(5, 10.0), ..Default::default() });
         assert_eq!(t.tick(s(10.0)), vec![ConnChange::Opened(1)]);
         let c = t.get(1).unwrap();
         assert_eq!(c.c2s.total_packets(), 150);
@@ -948,13 +957,13 @@ mod tests {
         let mut t = ConnTable::new(Duration::from_secs(2));
         let a = flow(9, 443);
         let dc = DirCounters { packets: [3, 0, 0], bytes: [150, 0, 0], last: [Some(s(1.0)), None, None], first: None };
-        t.poll(s(1.0), vec![(a, FlowCounters { c2s: dc, s2c: dc })]);
+        t.poll(s(1.0), vec![(a, FlowCounters { c2s: dc, s2c: dc, ..Default::default() })]);
         t.tick(s(1.0));
         t.tick(s(3.5));
         assert_eq!(t.sweep(), vec![a]);
         assert_eq!(t.retired_len(), 1);
         // The source could not delete it yet: a poll showing it unchanged offers it again.
-        t.poll(s(4.0), vec![(a, FlowCounters { c2s: dc, s2c: dc })]);
+        t.poll(s(4.0), vec![(a, FlowCounters { c2s: dc, s2c: dc, ..Default::default() })]);
         assert_eq!(t.sweep(), vec![a]);
         t.forgotten(&[a]);
         assert_eq!((t.retired_len(), t.flows_len(), t.len()), (0, 0, 0));
@@ -978,7 +987,7 @@ mod tests {
             let at = f64::from(h) * 30.0;
             let f = flow(1 + h, 443);
             t.sample(s(at), &sample(f, Dir::C2s, short(&dcid, h as u8)));
-            t.counters(s(at), f, FlowCounters { c2s: dc(at), s2c: dc(at) });
+            t.counters(s(at), f, FlowCounters { c2s: dc(at), s2c: dc(at), ..Default::default() });
             t.tick(s(at + 1.0));
             let swept = t.sweep();
             t.forgotten(&swept);

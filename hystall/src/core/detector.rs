@@ -485,7 +485,7 @@ mod tests {
                 last: [Some(s(at)), None, None],
                 first: Some(first),
             };
-            self.conns.counters(s(at), Node::flow(client), FlowCounters { c2s, s2c });
+            self.conns.counters(s(at), Node::flow(client), FlowCounters { c2s, s2c, ..Default::default() });
             self.links.polled(s(at));
             if bulk {
                 // The kernel's byte marks of the second's client bytes, one

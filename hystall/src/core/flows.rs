@@ -74,4 +74,66 @@ pub struct HeaderSample {
 pub struct FlowCounters {
     pub c2s: DirCounters,
     pub s2c: DirCounters,
+    /// The last server packets larger than an ACK (older recordings: none).
+    #[serde(default)]
+    pub replies: Replies,
+}
+
+/// The times of a flow's last few *replies*: server → client packets of at
+/// least `hystall_common::REPLY_MIN` bytes (`hystall_common::FlowStats::replies`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replies {
+    /// Replies so far (the kernel's count wraps at 2^32).
+    pub n: u32,
+    /// The last `REPLY_SLOTS` of them, at slot `count % REPLY_SLOTS`.
+    pub at: [u64; hystall_common::REPLY_SLOTS],
+}
+
+/// Whether a connection was answered in a span of time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Reply {
+    /// A reply was sent in it.
+    Sent,
+    /// Every reply since before it is known, and none was sent in it.
+    None,
+    /// Too many replies since: the ones in it were overwritten.
+    Unknown,
+}
+
+impl Replies {
+    /// One more reply at `at` (the capture reader's copy of the kernel's step).
+    pub fn push(&mut self, at: Mono) {
+        self.at[self.n as usize % hystall_common::REPLY_SLOTS] = at.0;
+        self.n = self.n.wrapping_add(1);
+    }
+
+    /// Whether a reply was sent in `[from, to]`.
+    pub fn within(&self, from: Mono, to: Mono) -> Reply {
+        let kept = self.at.iter().take((self.n as usize).min(self.at.len())).filter(|&&t| t != 0);
+        let mut oldest = u64::MAX;
+        for &t in kept {
+            if (from.0..=to.0).contains(&t) {
+                return Reply::Sent;
+            }
+            oldest = oldest.min(t);
+        }
+        // Fewer than the slots: every reply is kept. Else the dropped ones
+        // are older than the oldest kept, which must then precede the span.
+        if (self.n as usize) <= self.at.len() || oldest < from.0 { Reply::None } else { Reply::Unknown }
+    }
+}
+
+impl Reply {
+    /// The answer over several flows (a port-hopping connection's paths).
+    pub fn any(all: impl IntoIterator<Item = Reply>) -> Reply {
+        let mut out = Reply::None;
+        for r in all {
+            match r {
+                Reply::Sent => return Reply::Sent,
+                Reply::Unknown => out = Reply::Unknown,
+                Reply::None => {}
+            }
+        }
+        out
+    }
 }

@@ -15,6 +15,7 @@ use super::verdict::Thresholds;
 /// TCP states of a connect (CLOSE → SYN_SENT), as the kernel numbers them.
 const TCP_CLOSE: u8 = 7;
 const TCP_SYN_SENT: u8 = 2;
+const TCP_ESTABLISHED: u8 = 1;
 
 pub struct Model {
     pub sockets: SocketTable,
@@ -65,6 +66,14 @@ impl Model {
                 self.sockets.apply(Observation::Sock {
                     at,
                     change: SockChange::State { old: TCP_CLOSE, new: TCP_SYN_SENT },
+                    sample,
+                });
+            }
+            Observation::Sock { at, change: SockChange::State { old: TCP_SYN_SENT, new: TCP_ESTABLISHED }, sample } => {
+                self.attribution.established(sample.cookie, at);
+                self.sockets.apply(Observation::Sock {
+                    at,
+                    change: SockChange::State { old: TCP_SYN_SENT, new: TCP_ESTABLISHED },
                     sample,
                 });
             }

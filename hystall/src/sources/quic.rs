@@ -9,7 +9,7 @@ use hystall_common::{AF_INET, DIR_C2S, DIR_S2C, DirStats, FlowKey, FlowSample, F
 use super::fd_owners::FdOwners;
 use super::server_ports::UdpSock;
 use super::sockdiag::SockDiag;
-use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
+use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample, Replies};
 use crate::core::time::Mono;
 
 /// The kernel's ephemeral port range (`net.ipv4.ip_local_port_range`): the
@@ -69,7 +69,11 @@ fn dir_counters(d: &DirStats) -> DirCounters {
 }
 
 pub fn flow_counters(s: &FlowStats) -> FlowCounters {
-    FlowCounters { c2s: dir_counters(&s.dir[DIR_C2S]), s2c: dir_counters(&s.dir[DIR_S2C]) }
+    FlowCounters {
+        c2s: dir_counters(&s.dir[DIR_C2S]),
+        s2c: dir_counters(&s.dir[DIR_S2C]),
+        replies: Replies { n: s.replies_n, at: s.replies },
+    }
 }
 
 pub fn header_sample(s: &FlowSample) -> HeaderSample {

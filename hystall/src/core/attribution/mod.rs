@@ -14,6 +14,10 @@
 //!   connections that cannot have carried a target's bytes — together with
 //!   the targets already tied to them — are ruled out, and a connection whose
 //!   bytes only some targets can explain gets them (`fit.rs`, `solve.rs`).
+//! - **reply**: a Hysteria2 server answers each request once its target is
+//!   dialled; connections the server did not answer right after the
+//!   target's connect completed are ruled out (`reply.rs`), once the
+//!   process showed it answers.
 //! - **api**: the server's own table (the Clash API of sing-box and mihomo)
 //!   names the client of each relayed connection: exact.
 //!
@@ -25,6 +29,7 @@
 pub mod api;
 mod connect;
 mod fit;
+mod reply;
 pub mod series;
 mod solve;
 #[cfg(test)]
@@ -36,7 +41,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::conns::{Conn, ConnTable};
-use super::flows::FlowId;
+use super::flows::{FlowId, Reply};
 use super::observation::ByteMark;
 use super::sockets::SocketTable;
 use super::time::Mono;
@@ -100,6 +105,10 @@ pub struct Evidence {
     pub connect: bool,
     /// Its bytes moved with this connection's and no other's.
     pub bytes: bool,
+    /// Others active at the connect got no answer from the server right
+    /// after it completed: ruled out (the connect or the bytes decided
+    /// among those left).
+    pub reply: bool,
     /// Neither its connect nor its bytes were seen (it predates us, or its
     /// process was found after it dialled), and its process serves this one
     /// QUIC connection alone.
@@ -108,14 +117,26 @@ pub struct Evidence {
 
 impl Evidence {
     /// A link the connect alone made (checked again as bytes come).
-    pub const CONNECT_ONLY: Evidence = Evidence { api: false, connect: true, bytes: false, only: false };
+    pub const CONNECT_ONLY: Evidence = Evidence { api: false, connect: true, bytes: false, reply: false, only: false };
+
+    /// Whether the link stands for good (else the bytes check it again as
+    /// they come): the server's table, the bytes, or no other possible.
+    pub fn settled(&self) -> bool {
+        self.api || self.bytes || self.only
+    }
 
     /// The names of the kinds present, strongest first (`api`, `connect`, `bytes`).
     pub fn names(&self) -> Vec<&'static str> {
-        [(self.api, "api"), (self.connect, "connect"), (self.bytes, "bytes"), (self.only, "only")]
-            .into_iter()
-            .filter_map(|(on, n)| on.then_some(n))
-            .collect()
+        [
+            (self.api, "api"),
+            (self.connect, "connect"),
+            (self.reply, "reply"),
+            (self.bytes, "bytes"),
+            (self.only, "only"),
+        ]
+        .into_iter()
+        .filter_map(|(on, n)| on.then_some(n))
+        .collect()
     }
 }
 
@@ -135,6 +156,11 @@ pub struct Target {
     pub pid: u32,
     /// Its connect (CLOSE → SYN_SENT), when seen.
     pub connect: Option<Mono>,
+    /// When its connect completed (SYN_SENT → ESTABLISHED), when seen.
+    established: Option<Mono>,
+    /// Whether the server answered each of `at_connect` right after
+    /// `established` (None until a flow poll after the window).
+    replies: Option<Vec<(u64, Reply)>>,
     /// Since when its bytes count (its connect, else just before its first mark).
     start: Mono,
     /// Its send count then.
@@ -161,6 +187,8 @@ impl Target {
         Target {
             pid,
             connect: None,
+            established: None,
+            replies: None,
             start: born,
             start_bytes: 0,
             series: ByteSeries::new(TARGET_POINTS),
@@ -258,6 +286,8 @@ pub struct Attribution {
     /// Marks or connects since the last deduction.
     dirty: bool,
     last_solve: Mono,
+    /// What each process's targets showed of its answers (`reply.rs`).
+    gates: HashMap<u32, reply::Gate>,
     /// Groups whose search ran out of budget, and when (`SEARCH_BACKOFF`).
     aborted: HashMap<Vec<u64>, Mono>,
     /// Group searches run (for the tests of the back-off).
@@ -353,6 +383,33 @@ impl Attribution {
         self.dirty = true;
     }
 
+    /// A target's connect completed at `at` (its connection's answer follows).
+    pub fn established(&mut self, cookie: u64, at: Mono) {
+        if let Some(t) = self.targets.get_mut(&cookie)
+            && t.connect.is_some()
+            && t.established.is_none()
+        {
+            t.established = Some(at);
+        }
+    }
+
+    /// Whether the reply rule is used for `pid` (for the tests and the log).
+    pub fn answers(&self, pid: u32) -> bool {
+        self.gates.get(&pid).is_some_and(|g| g.open())
+    }
+
+    /// The candidates of a target at its connect, less those the server did
+    /// not answer when the process is known to answer; and whether any were
+    /// struck.
+    fn at_connect_answered(&self, t: &Target) -> Option<(Vec<u64>, bool)> {
+        let cands = t.at_connect()?;
+        let open = self.gates.get(&t.pid).is_some_and(|g| g.open());
+        match t.replies.as_deref().filter(|_| open).and_then(|a| reply::strike(cands, a)) {
+            Some(left) => Some((left, true)),
+            None => Some((cands.to_vec(), false)),
+        }
+    }
+
     /// A flow poll arrived (the connections' last-packet times are as of `at`).
     pub fn polled(&mut self, at: Mono) {
         self.last_poll = Some(at);
@@ -409,6 +466,28 @@ impl Attribution {
                 t.crowded = crowded;
                 self.dirty = true;
             }
+            // The server's answers, once the poll covers the window after
+            // each completed connect.
+            let due = |t: &Target| {
+                t.replies.is_none()
+                    && t.at_connect.is_some()
+                    && t.established.is_some_and(|e| Mono(e.0 + reply::WINDOW.as_nanos() as u64) <= poll)
+            };
+            for (cookie, t) in self.targets.iter_mut().filter(|(_, t)| due(t)) {
+                let (Some(e), Some(cands)) = (t.established, t.at_connect.as_deref()) else { continue };
+                let answers = reply::check(e, cands, conns);
+                if !t.crowded {
+                    let gate = self.gates.entry(t.pid).or_default();
+                    match answers.as_slice() {
+                        [(_, r)] => gate.learn(*r),
+                        a if reply::all_silent(a) => gate.learn(Reply::None),
+                        _ => {}
+                    }
+                }
+                tracing::debug!(cookie, ?answers, "attribution: answers after the connect");
+                t.replies = Some(answers);
+                self.dirty = true;
+            }
         }
         if self.relays_new {
             self.relays_new = false;
@@ -433,15 +512,15 @@ impl Attribution {
         let mut open = std::collections::BTreeMap::new();
         let mut linked = self.by_conn.clone();
         for (cookie, t) in &self.targets {
-            if t.closed.is_some() || t.other_inbound || t.link.is_some_and(|l| l.evidence != Evidence::CONNECT_ONLY) {
+            if t.closed.is_some() || t.other_inbound || t.link.is_some_and(|l| l.evidence.settled()) {
                 continue;
             }
             // Wait for the poll that says who could have opened it.
             if t.connect.is_some() && t.at_connect.is_none() {
                 continue;
             }
-            let cands: Vec<u64> = match t.at_connect() {
-                Some(c) => c.to_vec(),
+            let cands: Vec<u64> = match self.at_connect_answered(t) {
+                Some((c, _)) => c,
                 None if t.series.len() > self.cfg.min_marks => self
                     .conns
                     .iter()
@@ -492,6 +571,7 @@ impl Attribution {
         self.aborted.extend(solved.aborted.into_iter().map(|g| (g, now)));
         let tied: HashMap<u64, (u64, bool)> = solved.deduced.into_iter().map(|(t, c, s)| (t, (c, s))).collect();
         for (cookie, cands) in open {
+            let answered = self.targets.get(&cookie).and_then(|t| self.at_connect_answered(t));
             let Some(t) = self.targets.get_mut(&cookie) else { continue };
             if let Some(old) = t.link.take()
                 && let Some(set) = self.by_conn.get_mut(&old.conn)
@@ -500,7 +580,9 @@ impl Attribution {
             }
             match tied.get(&cookie) {
                 Some(&(conn, searched)) => {
-                    let by_connect = t.at_connect().is_some_and(|c| c == [conn]);
+                    let by_connect = answered.as_ref().is_some_and(|(c, _)| c == &[conn]);
+                    // The answers narrowed who could have asked.
+                    let by_reply = answered.is_some_and(|(c, struck)| struck && c.contains(&conn));
                     let by_bytes = searched || t.series.len() > self.cfg.min_marks;
                     let only = t.connect.is_none() && !by_bytes;
                     let link = Link {
@@ -508,6 +590,7 @@ impl Attribution {
                         evidence: Evidence {
                             api: false,
                             connect: by_connect,
+                            reply: by_reply,
                             bytes: by_bytes || (!by_connect && !only),
                             only,
                         },
@@ -526,14 +609,22 @@ impl Attribution {
 
     fn set_api(&mut self, cookie: u64, conn: Option<u64>, now: Mono, pid: u32) {
         let t = self.targets.entry(cookie).or_insert_with(|| Target::new(pid, now));
-        if let Some(old) = t.link.take()
+        let old = t.link.take();
+        if let Some(old) = old
             && let Some(set) = self.by_conn.get_mut(&old.conn)
         {
             set.remove(&cookie);
         }
         match conn {
             Some(conn) => {
-                let prev = t.link.map(|l| l.evidence).unwrap_or_default();
+                // What else showed the same link stays shown.
+                let prev = old.filter(|l| l.conn == conn).map(|l| l.evidence).unwrap_or_default();
+                if !prev.api
+                    && let Some((_, r)) = t.replies.iter().flatten().find(|(c, _)| *c == conn)
+                {
+                    // An exact tie: did the server answer its connection?
+                    self.gates.entry(t.pid).or_default().learn(*r);
+                }
                 t.link = Some(Link { conn, evidence: Evidence { api: true, ..prev }, score: 1.0, since: now });
                 t.other_inbound = false;
                 self.by_conn.entry(conn).or_default().insert(cookie);

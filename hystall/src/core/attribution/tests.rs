@@ -9,7 +9,7 @@ use hystall_common::MARK_BYTES;
 
 use super::api::RelayRecord;
 use super::*;
-use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample};
+use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample, Replies};
 use crate::core::observation::{Observation, SockChange, SockSample};
 use crate::core::verdict::Thresholds;
 
@@ -29,6 +29,8 @@ struct Node {
     sent: HashMap<u16, (u64, Mono)>,
     /// Per target: bytes taken so far.
     took: HashMap<u64, u64>,
+    /// Per client port: the server's answers (reply-sized packets).
+    replies: HashMap<u16, Replies>,
 }
 
 impl Node {
@@ -41,6 +43,7 @@ impl Node {
             owners: HashMap::from([(443, PID)]),
             sent: HashMap::new(),
             took: HashMap::new(),
+            replies: HashMap::new(),
         };
         // We attach at 0: connections that come later are seen whole.
         n.tick(0);
@@ -76,7 +79,8 @@ impl Node {
             first: Some(ms(0)),
         };
         let s2c = DirCounters { packets: [1, 0, 0], bytes: [60, 0, 0], last: [Some(last), None, None], first: None };
-        self.conns.counters(ms(at_ms), Node::flow(port), FlowCounters { c2s, s2c });
+        let replies = self.replies.get(&port).copied().unwrap_or_default();
+        self.conns.counters(ms(at_ms), Node::flow(port), FlowCounters { c2s, s2c, replies });
         self.links.polled(ms(at_ms));
     }
 
@@ -111,6 +115,11 @@ impl Node {
         self.socks.apply(Observation::Sock { at: ms(at_ms), change: SockChange::State { old: 7, new: 2 }, sample });
         self.links.connect(cookie, PID, ms(at_ms));
         self.took.insert(cookie, 0);
+    }
+
+    /// The server sends client `port` a reply-sized packet at `at_ms`.
+    fn answer(&mut self, port: u16, at_ms: u64) {
+        self.replies.entry(port).or_default().push(ms(at_ms));
     }
 
     /// Target `cookie` takes `bytes` evenly over (from, to] ms, with its marks.
@@ -229,6 +238,67 @@ fn a_group_whose_search_ran_out_of_budget_waits_before_the_next() {
     n.tick(5100);
     assert_eq!(n.links.searches, 2, "again after it");
     assert_eq!(n.link(7), None, "and nothing guessed");
+}
+
+/// Client 1001 opens three targets while 1002 is quiet (the connect alone
+/// ties them), and the server answers 1001 right after each connect
+/// completed when `answers`.
+fn three_tied_by_the_connect(n: &mut Node, answers: bool) {
+    n.client(1001, 1000);
+    n.client(1002, 1000);
+    for (cookie, at) in [(1, 1500), (2, 1600), (3, 1700)] {
+        n.send(1001, at - 10, at - 5, 1000);
+        n.dial(cookie, at);
+        n.links.established(cookie, ms(at + 1));
+        if answers {
+            n.answer(1001, at + 2);
+        }
+    }
+    n.poll(1001, 1800);
+    n.poll(1002, 1800);
+    n.tick(1800);
+    for cookie in 1..=3 {
+        assert_eq!(n.link(cookie).map(|l| l.0), Some(n.conn(1001)));
+    }
+}
+
+/// Both clients upload in step; at 2.5 s the server dials target 20 for
+/// 1002 and (when `answers`) answers 1002 alone.
+fn a_request_among_uploads(n: &mut Node, answers: bool) {
+    n.send(1001, 1800, 2500, 7 * MIB);
+    n.send(1002, 1800, 2500, 7 * MIB);
+    n.dial(20, 2500);
+    n.links.established(20, ms(2501));
+    if answers {
+        n.answer(1002, 2504);
+    }
+    n.send(1001, 2500, 3000, 5 * MIB);
+    n.send(1002, 2500, 3000, 5 * MIB);
+    n.feed(20, 2500, 3000, MIB / 4);
+    n.tick(3000);
+}
+
+#[test]
+fn reply_uploaders_the_server_did_not_answer_after_the_connect_are_ruled_out() {
+    let mut n = Node::new();
+    three_tied_by_the_connect(&mut n, true);
+    assert!(n.links.answers(PID), "three exact ties, each answered: the process answers");
+    a_request_among_uploads(&mut n, true);
+    assert_eq!(n.link(20), Some((n.conn(1002), vec!["connect", "reply"])));
+}
+
+#[test]
+fn reply_a_server_that_does_not_answer_never_has_silence_count_against_anyone() {
+    let mut n = Node::new();
+    three_tied_by_the_connect(&mut n, false);
+    assert!(!n.links.answers(PID));
+    a_request_among_uploads(&mut n, false);
+    assert_eq!(n.link(20), None, "both were busy at the connect: unattributed");
+    // Answers that come only now (another protocol, or late) do not open it.
+    let mut n = Node::new();
+    three_tied_by_the_connect(&mut n, false);
+    a_request_among_uploads(&mut n, true);
+    assert_eq!(n.link(20), None);
 }
 
 #[test]

@@ -106,7 +106,7 @@ impl Node {
                 last: [Some(s(at)), None, if c[3] > 0 { Some(s(at)) } else { None }],
                 first: Some(*first),
             };
-            counts.push((Node::flow(*port), FlowCounters { c2s, s2c }));
+            counts.push((Node::flow(*port), FlowCounters { c2s, s2c, ..Default::default() }));
         }
         self.model.apply(Observation::FlowCounts { at: s(at), flows: counts });
     }
@@ -341,7 +341,7 @@ fn draws_a_big_node_fast() {
             server: "203.0.113.1:443".parse().unwrap(),
         };
         let d = DirCounters { packets: [10, 0, 100], bytes: [500, 0, 135_000], last: [Some(at); 3], first: Some(at) };
-        flows.push((flow, FlowCounters { c2s: d, s2c: d }));
+        flows.push((flow, FlowCounters { c2s: d, s2c: d, ..Default::default() }));
     }
     m.apply(Observation::FlowCounts { at, flows });
     for c in 0..100_000u64 {

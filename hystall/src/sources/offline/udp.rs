@@ -123,6 +123,10 @@ impl UdpFlows {
         for &(_, len) in &segments {
             count(c, at, len);
         }
+        // The kernel's reply stamps: once per packet sent (a GSO batch once).
+        if dir == Dir::S2c && segments.first().is_some_and(|s| s.1 >= hystall_common::REPLY_MIN as usize) {
+            st.counters.replies.push(at);
+        }
         // The kernel program's policy (hystall_common::flow::sampling).
         let mut head = [0u8; 5];
         let n = payload.len().min(5);

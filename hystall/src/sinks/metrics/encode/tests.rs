@@ -43,7 +43,7 @@ fn counts(secs: u64, bulk_until: u64) -> FlowCounters {
         last: [Some(s(secs as f64)), None, None],
         first: Some(s(0.0)),
     };
-    FlowCounters { c2s, s2c }
+    FlowCounters { c2s, s2c, ..Default::default() }
 }
 
 fn stalled_target(cookie: u64, fed_until: f64) -> Observation {
