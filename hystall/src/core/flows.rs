@@ -137,3 +137,32 @@ impl Reply {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Mono {
+        Mono(v * 1_000_000)
+    }
+
+    #[test]
+    fn a_reply_in_the_span_is_sent_none_is_known_only_while_the_stamps_reach_back() {
+        let mut r = Replies::default();
+        assert_eq!(r.within(ms(10), ms(20)), Reply::None, "no reply yet");
+        r.push(ms(5));
+        r.push(ms(15));
+        assert_eq!(r.within(ms(10), ms(20)), Reply::Sent);
+        assert_eq!(r.within(ms(16), ms(30)), Reply::None);
+        // Four more after the span: the slots no longer reach back to it.
+        for at in [40, 41, 42, 43] {
+            r.push(ms(at));
+        }
+        assert_eq!(r.within(ms(16), ms(30)), Reply::Unknown, "overwritten: never ruled out");
+        assert_eq!(r.within(ms(41), ms(50)), Reply::Sent);
+        assert_eq!(r.within(ms(44), ms(50)), Reply::None, "the kept stamps reach back past it");
+        assert_eq!(Reply::any([Reply::None, Reply::Unknown]), Reply::Unknown);
+        assert_eq!(Reply::any([Reply::None, Reply::Sent, Reply::Unknown]), Reply::Sent);
+        assert_eq!(Reply::any([Reply::None, Reply::None]), Reply::None);
+    }
+}

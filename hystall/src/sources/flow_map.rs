@@ -42,24 +42,18 @@ pub fn last_packet(s: &FlowStats) -> u64 {
 impl FlowMap {
     /// One whole read of the map (the server ports' flows).
     pub fn read(&mut self, entries: impl IntoIterator<Item = (FlowKey, FlowStats)>) -> Read {
-        self.reads = self.reads.wrapping_add(1);
-        let read = self.reads;
-        let mut out = Read::default();
-        let mut seen = 0;
+        let mut whole = self.whole();
         for (key, st) in entries {
-            seen += 1;
-            out.moved.extend(self.see(key, &st));
+            whole.entry(key, &st);
         }
-        if self.known.len() > seen {
-            self.known.retain(|id, k| {
-                let seen = k.read == read;
-                if !seen {
-                    out.gone.push(*id);
-                }
-                seen
-            });
-        }
-        out
+        whole.end()
+    }
+
+    /// A whole read fed an entry at a time (as the kernel's batches come,
+    /// with no copy of the map), then ended.
+    pub fn whole(&mut self) -> Whole<'_> {
+        self.reads = self.reads.wrapping_add(1);
+        Whole { map: self, out: Read::default(), seen: 0 }
     }
 
     /// A read of the flows the kernel named as moved (`probes::moved`):
@@ -114,6 +108,37 @@ impl FlowMap {
 
     pub fn is_empty(&self) -> bool {
         self.known.is_empty()
+    }
+}
+
+/// A whole read under way (`FlowMap::whole`).
+pub struct Whole<'a> {
+    map: &'a mut FlowMap,
+    out: Read,
+    seen: usize,
+}
+
+impl Whole<'_> {
+    /// One entry of the map.
+    pub fn entry(&mut self, key: FlowKey, st: &FlowStats) {
+        self.seen += 1;
+        self.out.moved.extend(self.map.see(key, st));
+    }
+
+    /// The read's result: what moved, and what the map no longer holds.
+    pub fn end(self) -> Read {
+        let Whole { map, mut out, seen } = self;
+        let read = map.reads;
+        if map.known.len() > seen {
+            map.known.retain(|id, k| {
+                let seen = k.read == read;
+                if !seen {
+                    out.gone.push(*id);
+                }
+                seen
+            });
+        }
+        out
     }
 }
 

@@ -384,13 +384,15 @@ impl Live {
                 self.moved_lost = lost;
                 self.whole_servers = servers_now;
                 let mut idle = Vec::new();
-                let read = self.flow_keys.read(self.probes.flows().into_iter().filter(|(k, st)| {
-                    let server = servers.is_server(k.server_port);
-                    if !server && now.since(Mono(super::flow_map::last_packet(st))) >= CANDIDATE_FLOW_IDLE {
-                        idle.push(*k);
+                let mut whole = self.flow_keys.whole();
+                self.probes.each_flow(|k, st| {
+                    if servers.is_server(k.server_port) {
+                        whole.entry(k, &st);
+                    } else if now.since(Mono(super::flow_map::last_packet(&st))) >= CANDIDATE_FLOW_IDLE {
+                        idle.push(k);
                     }
-                    server
-                }));
+                });
+                let read = whole.end();
                 for k in &idle {
                     self.probes.forget_flow(k);
                 }

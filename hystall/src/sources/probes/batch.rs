@@ -36,12 +36,22 @@ struct BatchAttr {
 /// `Unsupported` error on kernels without the command (the caller falls back
 /// to the iterator).
 pub fn read_all<K: Pod + Default, V: Pod + Default>(map: &Map) -> io::Result<Vec<(K, V)>> {
+    let mut out = Vec::new();
+    for_each(map, |k, v| out.push((k, v)))?;
+    Ok(out)
+}
+
+/// Hands every (key, value) of a hash map to `f`, a batch at a time, and
+/// returns how many: a whole read of a node's flow map without a copy of it
+/// (20,000 flows are ~6 MiB, and the peaks showed in the RSS). An
+/// `Unsupported` error comes before any entry.
+pub fn for_each<K: Pod + Default, V: Pod + Default>(map: &Map, mut f: impl FnMut(K, V)) -> io::Result<usize> {
     let data = match map {
         Map::HashMap(d) | Map::LruHashMap(d) => d,
         _ => return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a hash map")),
     };
     let fd = data.fd().as_fd().as_raw_fd();
-    let mut out = Vec::new();
+    let mut seen = 0;
     let mut keys = vec![K::default(); CHUNK];
     let mut values = vec![V::default(); CHUNK];
     // The position token of a hash map's batch walk is a bucket index (u32).
@@ -70,11 +80,14 @@ pub fn read_all<K: Pod + Default, V: Pod + Default>(map: &Map) -> io::Result<Vec
         };
         let got = attr.count as usize;
         let err = (ret < 0).then(io::Error::last_os_error);
-        out.extend(keys[..got].iter().copied().zip(values[..got].iter().copied()));
+        for (k, v) in keys[..got].iter().zip(&values[..got]) {
+            f(*k, *v);
+        }
+        seen += got;
         match err.as_ref().and_then(io::Error::raw_os_error) {
             None => {}
             // The walk is over (the last entries came with it).
-            Some(libc::ENOENT) => return Ok(out),
+            Some(libc::ENOENT) => return Ok(seen),
             // One bucket holds more than we asked for: ask for more.
             Some(libc::ENOSPC) if got == 0 && chunk < 1 << 20 => {
                 chunk *= 2;

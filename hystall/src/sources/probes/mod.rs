@@ -209,17 +209,14 @@ impl Probes {
         RingBuf::try_from(map).map_err(|e| ProbeError::Map("FLOW_SAMPLES", e.to_string()))
     }
 
-    /// Every UDP flow the classifier counts (in batches; entry by entry on
-    /// kernels without batch reads).
-    pub fn flows(&self) -> Vec<(FlowKey, FlowStats)> {
-        let Some(map) = self.ebpf.map("FLOWS") else { return Vec::new() };
-        match batch::read_all(map) {
-            Ok(all) => all,
-            Err(e) => {
-                tracing::debug!("FLOWS batch read: {e}");
-                let Ok(m) = BpfHashMap::<_, FlowKey, FlowStats>::try_from(map) else { return Vec::new() };
-                m.iter().filter_map(Result::ok).collect()
-            }
+    /// Hands every UDP flow the classifier counts to `f` (in batches; entry
+    /// by entry on kernels without batch reads), without a copy of the map.
+    pub fn each_flow(&self, mut f: impl FnMut(FlowKey, FlowStats)) {
+        let Some(map) = self.ebpf.map("FLOWS") else { return };
+        if let Err(e) = batch::for_each(map, &mut f) {
+            tracing::debug!("FLOWS batch read: {e}");
+            let Ok(m) = BpfHashMap::<_, FlowKey, FlowStats>::try_from(map) else { return };
+            m.iter().filter_map(Result::ok).for_each(|(k, v)| f(k, v));
         }
     }
 

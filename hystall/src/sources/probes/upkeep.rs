@@ -28,8 +28,8 @@ impl Probes {
     pub fn map_fill(&self) -> Vec<MapFill> {
         let count = |name: &str, f: &dyn Fn(&aya::maps::Map) -> Option<u64>| self.ebpf.map(name).and_then(f);
         let socks = count("SOCKS", &|m| Some(BpfHashMap::<_, u64, SockStats>::try_from(m).ok()?.keys().count() as u64));
-        let flows = count("FLOWS", &|m| match super::batch::read_all::<FlowKey, FlowStats>(m) {
-            Ok(all) => Some(all.len() as u64),
+        let flows = count("FLOWS", &|m| match super::batch::for_each::<FlowKey, FlowStats>(m, |_, _| {}) {
+            Ok(n) => Some(n as u64),
             Err(_) => Some(BpfHashMap::<_, FlowKey, FlowStats>::try_from(m).ok()?.keys().count() as u64),
         });
         let inflight =
