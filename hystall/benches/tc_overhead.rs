@@ -304,11 +304,12 @@ struct Counted {
 }
 
 fn counted(probes: &Probes, pair: &Pair, class: usize) -> Option<Counted> {
-    let ours: Vec<_> = probes
-        .flows()
-        .into_iter()
-        .filter(|(k, _)| k.family == AF_INET && k.server_port == pair.port && k.client_port == pair.client_port)
-        .collect();
+    let mut ours = Vec::new();
+    probes.each_flow(|k, st| {
+        if k.family == AF_INET && k.server_port == pair.port && k.client_port == pair.client_port {
+            ours.push((k, st));
+        }
+    });
     if ours.is_empty() {
         return None;
     }
