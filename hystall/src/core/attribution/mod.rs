@@ -468,21 +468,22 @@ impl Attribution {
             }
             // The server's answers, once the poll covers the window after
             // each completed connect.
+            // Not for a crowded connect: its list is not used (and at node
+            // scale it is 64 connections long, for hundreds of connects a second).
             let due = |t: &Target| {
                 t.replies.is_none()
+                    && !t.crowded
                     && t.at_connect.is_some()
                     && t.established.is_some_and(|e| Mono(e.0 + reply::WINDOW.as_nanos() as u64) <= poll)
             };
             for (cookie, t) in self.targets.iter_mut().filter(|(_, t)| due(t)) {
                 let (Some(e), Some(cands)) = (t.established, t.at_connect.as_deref()) else { continue };
                 let answers = reply::check(e, cands, conns);
-                if !t.crowded {
-                    let gate = self.gates.entry(t.pid).or_default();
-                    match answers.as_slice() {
-                        [(_, r)] => gate.learn(*r),
-                        a if reply::all_silent(a) => gate.learn(Reply::None),
-                        _ => {}
-                    }
+                let gate = self.gates.entry(t.pid).or_default();
+                match answers.as_slice() {
+                    [(_, r)] => gate.learn(*r),
+                    a if reply::all_silent(a) => gate.learn(Reply::None),
+                    _ => {}
                 }
                 tracing::debug!(cookie, ?answers, "attribution: answers after the connect");
                 t.replies = Some(answers);
