@@ -58,7 +58,7 @@ pub fn match_relays(
     records: &[RelayRecord],
     conns: &ConnTable,
     socks: &SocketTable,
-    targets: &HashMap<u64, Target>,
+    targets: &super::Map<u64, Target>,
 ) -> Vec<(u64, Option<u64>)> {
     // Candidate sockets by destination port (a record's port is always known).
     let mut by_port: HashMap<u16, Vec<Candidate>> = HashMap::new();

@@ -49,6 +49,10 @@ use super::verdict::Verdict;
 use api::RelayRecord;
 use series::ByteSeries;
 
+/// The tables kept here are keyed by cookies and connection ids: foldhash,
+/// not SipHash (its hashing showed in profiles of a node's ticks).
+pub(crate) type Map<K, V> = foldhash::HashMap<K, V>;
+
 /// Points kept per connection series (~512 MiB of client bytes at 128 KiB a mark).
 const CONN_POINTS: usize = 4096;
 /// Points kept per target series.
@@ -223,7 +227,7 @@ struct ConnSeries {
     series: ByteSeries,
     /// The last count of each (flow, CPU): one CPU (0) per flow since the
     /// kernel's flow map is shared; recordings of the per-CPU map have several.
-    per_cpu: HashMap<(FlowId, u32), u64>,
+    per_cpu: Map<(FlowId, u32), u64>,
     total: u64,
     last_mark: Mono,
     /// Since when every target it fed is known (its first packet when that
@@ -239,7 +243,7 @@ impl ConnSeries {
     fn new() -> ConnSeries {
         ConnSeries {
             series: ByteSeries::new(CONN_POINTS),
-            per_cpu: HashMap::new(),
+            per_cpu: Map::default(),
             total: 0,
             last_mark: Mono::ZERO,
             known_from: None,
@@ -271,11 +275,11 @@ type Orphans = (Mono, Vec<(u32, Mono, u64)>);
 #[derive(Default)]
 pub struct Attribution {
     pub cfg: Config,
-    conns: HashMap<u64, ConnSeries>,
-    targets: HashMap<u64, Target>,
+    conns: Map<u64, ConnSeries>,
+    targets: Map<u64, Target>,
     /// Targets linked to each connection.
-    by_conn: HashMap<u64, BTreeSet<u64>>,
-    orphans: HashMap<FlowId, Orphans>,
+    by_conn: Map<u64, BTreeSet<u64>>,
+    orphans: Map<FlowId, Orphans>,
     /// The last flow poll (the connections' last-packet times are as of then).
     last_poll: Option<Mono>,
     /// The server's relay table, when an API gives it (replaced each time).
@@ -287,9 +291,9 @@ pub struct Attribution {
     dirty: bool,
     last_solve: Mono,
     /// What each process's targets showed of its answers (`reply.rs`).
-    gates: HashMap<u32, reply::Gate>,
+    gates: Map<u32, reply::Gate>,
     /// Groups whose search ran out of budget, and when (`SEARCH_BACKOFF`).
-    aborted: HashMap<Vec<u64>, Mono>,
+    aborted: Map<Vec<u64>, Mono>,
     /// Group searches run (for the tests of the back-off).
     searches: u64,
 }

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::fit::{carried, unexplained};
-use super::{ConnSeries, Target};
+use super::{ConnSeries, Map, Target};
 use crate::core::time::Mono;
 
 /// Largest group of open targets searched.
@@ -23,14 +23,14 @@ const MAX_GROUP: usize = 16;
 /// The problem: connections, targets, the links made so far, and the open
 /// targets with the connections they may belong to.
 pub struct Problem<'a> {
-    pub conns: &'a HashMap<u64, ConnSeries>,
-    pub targets: &'a HashMap<u64, Target>,
-    pub linked: HashMap<u64, BTreeSet<u64>>,
+    pub conns: &'a Map<u64, ConnSeries>,
+    pub targets: &'a Map<u64, Target>,
+    pub linked: Map<u64, BTreeSet<u64>>,
     pub open: BTreeMap<u64, Vec<u64>>,
     pub now: Mono,
     pub windows: super::fit::Windows,
     /// Groups not to search (their last search ran out of budget, when).
-    pub skip: &'a HashMap<Vec<u64>, Mono>,
+    pub skip: &'a Map<Vec<u64>, Mono>,
     /// Nodes one group's search may visit.
     pub budget: usize,
 }

@@ -11,7 +11,7 @@
 //! after it is the first of the new epoch for its flow, which names it for
 //! the next read.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, RingBuf};
 use hystall_common::{FlowKey, FlowStats};
@@ -65,7 +65,7 @@ impl Moved {
     /// Drains the names of the flows that moved since the last call and moves
     /// the epoch on (never to 0, which names nothing).
     pub fn next_epoch(&mut self, probes: &mut Probes) -> Result<HashSet<FlowKey>, ProbeError> {
-        let mut names = HashSet::new();
+        let mut names = HashSet::default();
         while let Some(item) = self.ring.next() {
             if item.len() >= size_of::<FlowKey>() {
                 // SAFETY: the classifier writes one FlowKey per record; read
