@@ -76,12 +76,14 @@ fn four_and_two_stalled_uploads_only_the_first_is_starved() {
 fn three_clients_starved_at_once_among_healthy_ones() {
     let name = "three_clients_starved_at_once_among_healthy_ones";
     let Some(_g) = ready(name) else { return };
-    // Their uploads start within a second, each while the others upload;
-    // all three are starved together. (Requests within the same few
-    // milliseconds are the test above's; the server's answers split ones
-    // 30 ms apart: docs/DETECTOR.md.)
+    // Their uploads start 0.2 s apart, each while the others (and the
+    // healthy mix, from 0.1 s) upload: every uploader sent packets in the
+    // moments before each connect, so the server's answers decide (the
+    // targets of the second and third carry `reply` evidence). All three are
+    // starved together. Requests within the same few milliseconds are the
+    // test above's.
     let mut plans =
-        vec![Plan::new(Work::Stall(4)), Plan::new(Work::Stall(4)).after(0.4), Plan::new(Work::Stall(4)).after(0.8)];
+        vec![Plan::new(Work::Stall(4)), Plan::new(Work::Stall(4)).after(0.2), Plan::new(Work::Stall(4)).after(0.4)];
     plans.extend(healthy_mix(0.1));
     node::run(&Setup::named(name), &plans).judge(name, NEED);
 }
