@@ -452,6 +452,9 @@ fn cost_per_tick_at_two_thousand_connections_and_a_thousand_targets() {
         let port = 10_000 + (t as u16 * 7) % conns;
         n.send(port, at, at + 1, 1000);
         n.dial(t + 1, at + 2);
+        // Its connect completes and the server answers (the reply check).
+        n.links.established(t + 1, ms(at + 3));
+        n.answer(port, at + 4);
         n.send(port, at + 2, at + 100, MIB + MIB / 8);
         n.feed(t + 1, at + 3, at + 100, MIB);
         at += 200;
