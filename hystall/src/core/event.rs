@@ -362,7 +362,7 @@ pub struct StarvedTarget {
     /// How well the target's bytes follow this connection's (correlation;
     /// 1.0 for exact links).
     pub strength: f64,
-    /// What ties it to the connection: `api`, `connect`, `bytes`.
+    /// What ties it to the connection: `api`, `connect`, `reply`, `bytes`, `only`.
     pub evidence: Vec<&'static str>,
     pub no_progress_ms: u64,
     pub unsent_bytes: Option<u32>,

@@ -129,7 +129,7 @@ impl Evidence {
         self.api || self.bytes || self.only
     }
 
-    /// The names of the kinds present, strongest first (`api`, `connect`, `bytes`).
+    /// The names of the kinds present, strongest first (`api`, `connect`, `reply`, `bytes`, `only`).
     pub fn names(&self) -> Vec<&'static str> {
         [
             (self.api, "api"),
