@@ -313,7 +313,6 @@ impl ConnTable {
         self.by_client.get(addr).copied().filter(|id| self.conns.get(id).is_some_and(|c| c.closed.is_none()))
     }
 
-    /// The connection a flow belongs to.
     /// Whether the server answered `conn` in `[from, to]`, over all its
     /// paths (`Replies`).
     pub fn reply(&self, conn: u64, from: Mono, to: Mono) -> Reply {
@@ -323,6 +322,7 @@ impl ConnTable {
         )
     }
 
+    /// The connection a flow belongs to.
     pub fn conn_of(&self, flow: &FlowId) -> Option<u64> {
         self.flows.get(flow).map(|f| f.conn)
     }

@@ -12,7 +12,7 @@ use super::sockets::SocketTable;
 use super::time::Mono;
 use super::verdict::Thresholds;
 
-/// TCP states of a connect (CLOSE → SYN_SENT), as the kernel numbers them.
+/// TCP states of a connect (CLOSE → SYN_SENT → ESTABLISHED), as the kernel numbers them.
 const TCP_CLOSE: u8 = 7;
 const TCP_SYN_SENT: u8 = 2;
 const TCP_ESTABLISHED: u8 = 1;
@@ -50,6 +50,15 @@ impl Model {
     }
 
     pub fn apply(&mut self, obs: Observation) {
+        // A target's connect and its completion are the attribution's too
+        // (the socket table still takes the change below).
+        if let Observation::Sock { at, change: SockChange::State { old, new }, sample } = &obs {
+            match (*old, *new) {
+                (TCP_CLOSE, TCP_SYN_SENT) => self.attribution.connect(sample.cookie, sample.pid, *at),
+                (TCP_SYN_SENT, TCP_ESTABLISHED) => self.attribution.established(sample.cookie, *at),
+                _ => {}
+            }
+        }
         match obs {
             Observation::Header { at, sample } => self.conns.sample(at, &sample),
             Observation::FlowCounts { at, flows } => {
@@ -61,22 +70,6 @@ impl Model {
                 self.attribution.polled(at);
             }
             Observation::Marks { marks, .. } => self.attribution.marks(&marks, &self.conns),
-            Observation::Sock { at, change: SockChange::State { old: TCP_CLOSE, new: TCP_SYN_SENT }, sample } => {
-                self.attribution.connect(sample.cookie, sample.pid, at);
-                self.sockets.apply(Observation::Sock {
-                    at,
-                    change: SockChange::State { old: TCP_CLOSE, new: TCP_SYN_SENT },
-                    sample,
-                });
-            }
-            Observation::Sock { at, change: SockChange::State { old: TCP_SYN_SENT, new: TCP_ESTABLISHED }, sample } => {
-                self.attribution.established(sample.cookie, at);
-                self.sockets.apply(Observation::Sock {
-                    at,
-                    change: SockChange::State { old: TCP_SYN_SENT, new: TCP_ESTABLISHED },
-                    sample,
-                });
-            }
             Observation::Owners { ports, .. } => self.owners = ports.into_iter().collect(),
             Observation::Streams { streams, .. } => self.streams = Some(streams),
             Observation::Relays { records, .. } => self.attribution.relays(records),

@@ -120,9 +120,6 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// A link the connect alone made (checked again as bytes come).
-    pub const CONNECT_ONLY: Evidence = Evidence { api: false, connect: true, bytes: false, reply: false, only: false };
-
     /// Whether the link stands for good (else the bytes check it again as
     /// they come): the server's table, the bytes, or no other possible.
     pub fn settled(&self) -> bool {
@@ -515,6 +512,8 @@ impl Attribution {
     /// Runs the deduction over every target not tied for good.
     fn solve(&mut self, now: Mono, conns: &ConnTable, owner_of: &dyn Fn(&Conn) -> Option<u32>) {
         let mut open = std::collections::BTreeMap::new();
+        // Targets whose candidates the server's answers narrowed.
+        let mut narrowed = std::collections::HashSet::new();
         let mut linked = self.by_conn.clone();
         for (cookie, t) in &self.targets {
             if t.closed.is_some() || t.other_inbound || t.link.is_some_and(|l| l.evidence.settled()) {
@@ -525,7 +524,12 @@ impl Attribution {
                 continue;
             }
             let cands: Vec<u64> = match self.at_connect_answered(t) {
-                Some((c, _)) => c,
+                Some((c, struck)) => {
+                    if struck {
+                        narrowed.insert(*cookie);
+                    }
+                    c
+                }
                 None if t.series.len() > self.cfg.min_marks => self
                     .conns
                     .iter()
@@ -576,7 +580,6 @@ impl Attribution {
         self.aborted.extend(solved.aborted.into_iter().map(|g| (g, now)));
         let tied: HashMap<u64, (u64, bool)> = solved.deduced.into_iter().map(|(t, c, s)| (t, (c, s))).collect();
         for (cookie, cands) in open {
-            let answered = self.targets.get(&cookie).and_then(|t| self.at_connect_answered(t));
             let Some(t) = self.targets.get_mut(&cookie) else { continue };
             if let Some(old) = t.link.take()
                 && let Some(set) = self.by_conn.get_mut(&old.conn)
@@ -585,9 +588,10 @@ impl Attribution {
             }
             match tied.get(&cookie) {
                 Some(&(conn, searched)) => {
-                    let by_connect = answered.as_ref().is_some_and(|(c, _)| c == &[conn]);
+                    // `cands` are those left at its connect, when it was seen.
+                    let by_connect = t.at_connect().is_some() && cands == [conn];
                     // The answers narrowed who could have asked.
-                    let by_reply = answered.is_some_and(|(c, struck)| struck && c.contains(&conn));
+                    let by_reply = narrowed.contains(&cookie) && cands.contains(&conn);
                     let by_bytes = searched || t.series.len() > self.cfg.min_marks;
                     let only = t.connect.is_none() && !by_bytes;
                     let link = Link {
