@@ -39,6 +39,12 @@ pub struct SockOffsets {
     /// first at or above the second filled the buffer; the writer blocks next.
     pub sk_wmem_queued: u32,
     pub sk_sndbuf: u32,
+    /// `sk->sk_socket`, `socket->file` and `file->f_flags`: whether the
+    /// socket's fd is in blocking mode (no `O_NONBLOCK`), read once when a
+    /// socket is first tracked (only a blocking writer can park in a send).
+    pub sk_socket: u32,
+    pub socket_file: u32,
+    pub file_f_flags: u32,
 }
 
 impl SockOffsets {
@@ -60,6 +66,9 @@ impl SockOffsets {
         regs_nr: 0,
         sk_wmem_queued: 0,
         sk_sndbuf: 0,
+        sk_socket: 0,
+        socket_file: 0,
+        file_f_flags: 0,
     };
 }
 

@@ -10,6 +10,12 @@ pub const SOCK_OUTBOUND: u32 = 1 << 0;
 pub const SOCK_HAS_TUPLE: u32 = 1 << 1;
 /// `SockStats::flags`: the peer's receive window was zero at the last ACK.
 pub const SOCK_ZERO_WINDOW: u32 = 1 << 2;
+/// `SockStats::flags`: the socket's fd was in blocking mode (no
+/// `O_NONBLOCK`) when it was first tracked: its writer can park inside a
+/// send, where no send probe sees it (user space reads those threads).
+pub const SOCK_BLOCKING: u32 = 1 << 3;
+/// `O_NONBLOCK` in `file->f_flags` (the same value on x86_64 and arm64).
+pub const O_NONBLOCK: u32 = 0o4000;
 
 /// What the kernel keeps per TCP socket of a monitored process, keyed by cookie.
 ///
@@ -92,6 +98,10 @@ pub enum SockEventKind {
     Destroyed = 4,
     /// The peer's window closed (0) or opened again.
     Window = 5,
+    /// A socket whose fd is in blocking mode was tracked (`SOCK_BLOCKING`):
+    /// once per socket, so user space knows which processes can park a
+    /// writer inside a send without dumping every TCP socket to find out.
+    Blocking = 6,
 }
 
 /// Emitted to the ring buffer on state changes only. `stats` is a copy of the
@@ -115,6 +125,7 @@ impl SockEvent {
             3 => SockEventKind::State,
             4 => SockEventKind::Destroyed,
             5 => SockEventKind::Window,
+            6 => SockEventKind::Blocking,
             _ => return None,
         })
     }

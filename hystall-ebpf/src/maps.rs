@@ -208,11 +208,38 @@ pub fn track_sock(cookie: u64, sk: *const u8, offs: &SockOffsets, now: u64, flag
         st.flags = hystall_common::SOCK_HAS_TUPLE | flags;
         st.first_seen_ns = now;
     }
+    let blocking = fd_blocking(sk, offs);
+    if blocking {
+        unsafe { (*scratch).flags |= hystall_common::SOCK_BLOCKING };
+    }
     if SOCKS.insert(&cookie, unsafe { &*scratch }, 0).is_err() {
         bump(counter::MAP_FULL);
         return None;
     }
-    SOCKS.get_ptr_mut(&cookie)
+    let st = SOCKS.get_ptr_mut(&cookie)?;
+    if blocking {
+        emit(SockEventKind::Blocking, 0, now, cookie, st);
+    }
+    Some(st)
+}
+
+/// Whether the socket's fd is in blocking mode (`sk->sk_socket->file->f_flags`
+/// without `O_NONBLOCK`). Read when a socket is first tracked and when its
+/// peer's window closes (`tcp_probe`), not per send. Go, tokio and most proxies
+/// make every socket non-blocking; false when a pointer is missing (a socket
+/// being torn down) or the offsets are unknown.
+#[inline(always)]
+pub fn fd_blocking(sk: *const u8, offs: &SockOffsets) -> bool {
+    if offs.sk_socket == 0 || offs.file_f_flags == 0 {
+        return false;
+    }
+    let sock = unsafe { read_at::<u64>(sk, offs.sk_socket) } as *const u8;
+    let file = unsafe { read_at::<u64>(sock, offs.socket_file) } as *const u8;
+    if file.is_null() {
+        return false;
+    }
+    let flags: u32 = unsafe { read_at(file, offs.file_f_flags) };
+    flags & hystall_common::O_NONBLOCK == 0
 }
 
 /// The in-flight send of thread `tid`, if any (an array test first: the hash

@@ -6,9 +6,9 @@
 //! incoming segment of the machine, and a classic one builds a record each time.
 
 use aya_ebpf::{helpers::generated::bpf_get_socket_cookie, macros::btf_tracepoint, programs::BtfTracePointContext};
-use hystall_common::{SOCK_ZERO_WINDOW, SockEventKind};
+use hystall_common::{SOCK_BLOCKING, SOCK_ZERO_WINDOW, SockEventKind};
 
-use crate::maps::{SOCKS, emit, now_ns, read_at, sock_offsets};
+use crate::maps::{SOCKS, emit, fd_blocking, now_ns, read_at, sock_offsets};
 
 #[btf_tracepoint(function = "tcp_probe")]
 pub fn tcp_probe(ctx: BtfTracePointContext) -> i32 {
@@ -53,6 +53,14 @@ fn try_tcp_probe(ctx: &BtfTracePointContext) -> Result<(), ()> {
     if was_zero != is_zero {
         st.flags ^= SOCK_ZERO_WINDOW;
         emit(SockEventKind::Window, wnd, now, cookie, stats);
+        // A writer may have made its socket blocking after it was tracked
+        // (a connect with a timeout, done non-blocking, then blocking
+        // writes): looked at again when the peer's window closes, which is
+        // rare, and when such a writer parks.
+        if is_zero && st.flags & SOCK_BLOCKING == 0 && fd_blocking(sk, &offs) {
+            st.flags |= SOCK_BLOCKING;
+            emit(SockEventKind::Blocking, 0, now, cookie, stats);
+        }
     }
     Ok(())
 }

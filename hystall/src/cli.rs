@@ -462,6 +462,11 @@ pub struct TcpLabArgs {
     /// attach first, so the very first blocked send is seen live).
     #[arg(long, value_name = "SECS", default_value_t = 0.0)]
     pub delay: f64,
+    /// Seconds to wait before connecting the writers (the ready line comes
+    /// after the connects: lets a watcher see the sockets made, not find
+    /// them already there).
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub connect_after: f64,
     /// Bytes per write call.
     #[arg(long, default_value_t = 32 * 1024)]
     pub chunk: usize,

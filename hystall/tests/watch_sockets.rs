@@ -98,6 +98,32 @@ fn healthy_targets_are_never_flagged() {
 }
 
 #[test]
+fn a_blocking_writer_connected_after_the_start_is_seen_parked() {
+    let test = "a_blocking_writer_connected_after_the_start_is_seen_parked";
+    let Some(_g) = root_or_skip(test) else { return };
+    // The lab connects 3 s after it starts, so the watcher (and its one
+    // start-up look for blocking sockets) comes first. Its writers connect
+    // non-blocking and turn blocking afterwards, as a connect with a timeout
+    // does: the kernel's look at the fd when the socket is tracked sees it
+    // non-blocking, and its look when the peer's window closes sees it blocking.
+    let mut full = vec!["lab", "tcp", "--stall-blocking", "2", "--fast", "1", "--connect-after", "3"];
+    full.extend_from_slice(&["--duration", "30"]);
+    let mut lab = Proc::spawn(&full);
+    let mut w = watch(lab.pid(), TIMEOUT, &[]);
+    let ready = lab.wait_event("lab_ready", Duration::from_secs(15));
+    let events = w.collect_until(Instant::now() + Duration::from_secs(TIMEOUT + 2));
+    let expected: BTreeSet<String> = writers(&ready, "stall").into_iter().collect();
+    assert_eq!(expected.len(), 2);
+    let stalled: Vec<&Value> = events.iter().filter(|e| e["event"] == "socket_stalled").collect();
+    assert_eq!(locals_of(&events, "socket_stalled"), expected, "events: {events:#?}");
+    // Seen parked inside send(): only the threads of a process known to hold
+    // blocking sockets are read for it, and nothing but the kernel's flag
+    // said so here.
+    assert!(stalled.iter().any(|e| e["in_syscall"] == true), "{stalled:#?}");
+    assert_eq!(w.stop(), Some(0));
+}
+
+#[test]
 fn sockets_stuck_before_attach_are_found_by_the_startup_scan() {
     let Some(_g) = root_or_skip("sockets_stuck_before_attach_are_found_by_the_startup_scan") else { return };
     let (lab, ready) = tcp_lab(&["--stall", "2", "--stall-blocking", "1", "--fast", "1", "--duration", "30"]);

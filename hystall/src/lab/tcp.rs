@@ -69,11 +69,14 @@ pub fn run(args: TcpLabArgs) -> anyhow::Result<()> {
         .context("--duration must be a finite, non-negative number of seconds")?;
     let delay =
         Duration::try_from_secs_f64(args.delay).context("--delay must be a finite, non-negative number of seconds")?;
+    let connect_after = Duration::try_from_secs_f64(args.connect_after)
+        .context("--connect-after must be a finite, non-negative number of seconds")?;
     if tokio::runtime::Handle::try_current().is_ok() {
         bail!("the TCP lab starts its own runtime: call it outside an async context");
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
-    let result = rt.block_on(lab(&plan, args.chunk, duration, delay, args.ready_file.as_deref(), &mut io::stdout()));
+    let waits = Waits { connect_after, delay };
+    let result = rt.block_on(lab(&plan, args.chunk, duration, waits, args.ready_file.as_deref(), &mut io::stdout()));
     // Don't wait for anything: blocking writers are detached std threads parked in
     // write(), and they neither hold the runtime nor keep the process alive.
     rt.shutdown_background();
@@ -92,11 +95,18 @@ fn plan(args: &TcpLabArgs) -> Vec<(Behaviour, bool)> {
     groups.into_iter().flat_map(|(b, blocking, n)| std::iter::repeat_n((b, blocking), n)).collect()
 }
 
+/// How long the lab waits before connecting, and after the ready line before writing.
+#[derive(Clone, Copy, Default)]
+struct Waits {
+    connect_after: Duration,
+    delay: Duration,
+}
+
 async fn lab(
     plan: &[(Behaviour, bool)],
     chunk: usize,
     duration: Option<Duration>,
-    delay: Duration,
+    waits: Waits,
     ready_file: Option<&Path>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
@@ -117,6 +127,9 @@ async fn lab(
         }
     }
 
+    if !waits.connect_after.is_zero() {
+        tokio::time::sleep(waits.connect_after).await;
+    }
     // Connect everything before announcing, so the ready line lists every socket.
     let mut infos = Vec::with_capacity(plan.len());
     let mut streams = Vec::with_capacity(plan.len());
@@ -151,8 +164,8 @@ async fn lab(
         write_ready_file(path, &line)?;
     }
     writeln!(out, "{line}").and_then(|()| out.flush()).context("printing the ready line")?;
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
+    if !waits.delay.is_zero() {
+        tokio::time::sleep(waits.delay).await;
     }
 
     let chunk: Arc<[u8]> = vec![0u8; chunk].into();
@@ -265,6 +278,7 @@ mod tests {
             upclose: 0,
             duration: None,
             delay: 0.0,
+            connect_after: 0.0,
             chunk: 32 * 1024,
             ready_file: None,
         }
@@ -308,7 +322,7 @@ mod tests {
             &plan,
             32 * 1024,
             Some(Duration::from_millis(1500)),
-            Duration::ZERO,
+            Waits::default(),
             Some(&ready_file),
             &mut out,
         ))

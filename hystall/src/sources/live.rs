@@ -13,6 +13,7 @@ use netlink_packet_sock_diag::inet::StateFlags;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
+use super::blocking::BlockingWriters;
 use super::flow_map::FlowMap;
 use super::pace::Pace;
 use super::probes::tc::Iface;
@@ -32,9 +33,6 @@ use crate::core::time::Mono;
 const INFLIGHT_AFTER: Duration = Duration::from_millis(300);
 /// How often the process selection is re-read (new processes of a --comm).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
-/// How often, until the syscall probes are attached, the watched processes are
-/// checked for blocking TCP sockets.
-const BLOCKING_CHECK_EVERY: Duration = Duration::from_secs(2);
 /// How often the flow map is read (it can hold tens of thousands of flows):
 /// the flows named as moved since the last read (`probes::moved`), and the
 /// whole map every `WHOLE_FLOWS_EVERY` (the LRU map drops quiet flows
@@ -90,8 +88,7 @@ pub struct Live {
     last_dump: Mono,
     /// Cookies already seeded (never twice).
     seeded: HashSet<u64>,
-    /// The blocking check and the UDP socket dump, paced by their cost.
-    blocking_pace: Pace,
+    /// The UDP socket dump, paced by its cost.
     udp_pace: Pace,
     /// Observations made outside `poll` (start-up), handed out by the next poll.
     pending: Vec<Observation>,
@@ -111,18 +108,21 @@ pub struct Live {
     moved_lost: u64,
     whole_servers: usize,
     /// Socket inodes → the watched process holding them (fds read only for
-    /// new sockets; one walk serves the UDP candidates and the blocking TCP
-    /// check); and each TCP socket's blocking mode once read.
+    /// new sockets; one walk serves the UDP candidates and the start-up
+    /// blocking TCP check).
     fd_owners: super::fd_owners::FdOwners,
-    blocking: HashMap<u32, bool>,
-    /// The watched processes that hold blocking TCP sockets, and their
-    /// threads found inside a send syscall.
-    blocking_pids: HashSet<u32>,
+    /// The watched processes that hold blocking TCP sockets (their threads
+    /// are read for writers parked inside a send).
+    blocking: BlockingWriters,
+    /// Whether it held none at the last look (the first one re-seeds).
+    blocking_was_empty: bool,
     parked: super::parked::ParkedWriters,
     send_calls: Option<hystall_common::SendSyscalls>,
     last_upkeep: Mono,
     /// Kernel map occupancy as of the last upkeep.
     pub map_fill: Vec<MapFill>,
+    /// Entries in the flow map at its last whole read (for `map_fill`).
+    flows_counted: Option<u64>,
     /// Send bytes of each target socket at its last read (only changes are
     /// reported).
     sends: HashMap<u64, u64>,
@@ -186,7 +186,6 @@ impl Live {
             inodes: HashMap::new(),
             last_dump: Mono::ZERO,
             seeded: HashSet::new(),
-            blocking_pace: Pace::every(BLOCKING_CHECK_EVERY),
             // A little under the rescan period: a cheap dump runs at every rescan.
             udp_pace: Pace::every(RESCAN_EVERY.saturating_sub(Duration::from_millis(100))),
             pending: Vec::new(),
@@ -194,12 +193,13 @@ impl Live {
             flow_keys: Default::default(),
             flows_evicted: 0,
             fd_owners: Default::default(),
-            blocking: HashMap::new(),
-            blocking_pids: HashSet::new(),
+            blocking: BlockingWriters::default(),
+            blocking_was_empty: true,
             parked: Default::default(),
             send_calls: super::probes::syscalls::send_syscalls(),
             last_upkeep: Mono::ZERO,
             map_fill: Vec::new(),
+            flows_counted: None,
             sends: HashMap::new(),
             decrypt,
             decrypt_changed: false,
@@ -211,24 +211,24 @@ impl Live {
         Ok(live)
     }
 
-    /// Every few seconds: which watched processes hold blocking TCP sockets
-    /// (only their writers can park inside a send, and only their threads are
-    /// read for it); when the first appears, looks again for sockets that got
-    /// stuck before (a writer parked since before we attached).
+    /// Which watched processes hold blocking TCP sockets (only their writers
+    /// can park inside a send, and only their threads are read for it): the
+    /// kernel flags the sockets it tracks (`BlockingWriters`); the sockets
+    /// from before are looked for once per selection. When the first appears,
+    /// looks again for sockets that got stuck before (a writer parked since
+    /// before we attached).
     fn blocking_writers(&mut self, now: Mono) {
-        if !self.blocking_pace.due() {
-            return;
+        // With no selection: the kernel's flags are all there is (nothing was
+        // tracked before the start).
+        if self.mode.filters() && self.blocking.scan_due(&self.pids) {
+            let found = match self.diag.as_mut() {
+                Some(d) => seed::has_blocking_tcp(d, &self.pids, &mut self.fd_owners),
+                None => HashSet::new(),
+            };
+            self.blocking.scanned(&self.pids, found);
         }
-        // With no selection: the processes whose sockets the kernel tracks.
-        let pids = if self.mode.filters() { self.pids.clone() } else { self.probes.sock_owners() };
-        let (owners, blocking) = (&mut self.fd_owners, &mut self.blocking);
-        let found = match self.diag.as_mut() {
-            Some(d) => self.blocking_pace.run(|| seed::has_blocking_tcp(d, &pids, owners, blocking)),
-            None => HashSet::new(),
-        };
-        let first = self.blocking_pids.is_empty() && !found.is_empty();
-        self.blocking_pids = found;
-        if first {
+        let was_empty = std::mem::replace(&mut self.blocking_was_empty, self.blocking.is_empty());
+        if was_empty && !self.blocking.is_empty() {
             self.seeded.clear();
             let mut out = Vec::new();
             self.seed(now, &mut out);
@@ -385,7 +385,9 @@ impl Live {
                 self.whole_servers = servers_now;
                 let mut idle = Vec::new();
                 let mut whole = self.flow_keys.whole();
+                let mut n = 0;
                 self.probes.each_flow(|k, st| {
+                    n += 1;
                     if servers.is_server(k.server_port) {
                         whole.entry(k, &st);
                     } else if now.since(Mono(super::flow_map::last_packet(&st))) >= CANDIDATE_FLOW_IDLE {
@@ -393,6 +395,7 @@ impl Live {
                     }
                 });
                 let read = whole.end();
+                self.flows_counted = Some(n);
                 for k in &idle {
                     self.probes.forget_flow(k);
                 }
@@ -455,7 +458,7 @@ impl Live {
         tokio::select! {
             r = events.readable_mut() => {
                 let mut g = r?;
-                drain_events(g.get_inner_mut(), out);
+                drain_events(g.get_inner_mut(), &mut self.blocking, out);
                 g.clear_ready();
             }
             r = marks.readable_mut() => {
@@ -485,7 +488,7 @@ impl Live {
             d.drain(crate::core::time::mono_now(), out);
         }
         let first = out.len();
-        drain_events(self.events.get_mut(), out);
+        drain_events(self.events.get_mut(), &mut self.blocking, out);
         drain_marks(self.marks.get_mut(), &self.servers, out);
         if let Some(s) = self.samples.as_mut() {
             drain_samples(s.get_mut(), &mut self.servers, out);
@@ -523,7 +526,6 @@ impl Live {
         out: &mut Vec<Observation>,
     ) {
         out.append(&mut self.pending);
-        self.blocking_writers(now);
         if now.since(self.last_scan) >= RESCAN_EVERY {
             // Every mode: with no selection every process's sockets are seen,
             // and pids churn on a busy host.
@@ -547,6 +549,7 @@ impl Live {
                 tracing::warn!("QUIC probe: {e}");
             }
         }
+        self.blocking_writers(now);
         if self.samples.is_some() && now.since(self.last_flows) >= FLOWS_EVERY {
             self.last_flows = now;
             let read = self.read_flows(now);
@@ -606,10 +609,11 @@ impl Live {
             return None;
         }
         self.last_upkeep = now;
-        self.map_fill = self.probes.map_fill();
+        self.map_fill = self.probes.map_fill(self.flows_counted);
         let cookies = self.probes.sock_cookies()?;
         // Seeded once means never again, but only while the kernel knows it.
         self.seeded.retain(|c| cookies.contains(c));
+        self.blocking.retain(&cookies);
         Some(cookies)
     }
 
@@ -630,10 +634,10 @@ impl Live {
         let mut out = Vec::new();
         let mut unresolved = false;
         let Some(calls) = self.send_calls else { return out };
-        if self.blocking_pids.is_empty() {
+        if self.blocking.is_empty() {
             return out;
         }
-        for w in self.parked.read(&self.blocking_pids, &calls, now) {
+        for w in self.parked.read(&self.blocking.pids(), &calls, now) {
             if now.since(w.since) < INFLIGHT_AFTER {
                 continue;
             }
@@ -663,11 +667,16 @@ impl Live {
     }
 }
 
-fn drain_events(ring: &mut RingBuf<MapData>, out: &mut Vec<Observation>) {
+fn drain_events(ring: &mut RingBuf<MapData>, blocking: &mut BlockingWriters, out: &mut Vec<Observation>) {
     while let Some(item) = ring.next() {
         if item.len() >= std::mem::size_of::<SockEvent>() {
             // SAFETY: the kernel wrote a SockEvent (repr(C), Pod) of this size.
             let ev: SockEvent = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SockEvent) };
+            match ev.kind() {
+                Some(SockEventKind::Blocking) => blocking.tracked(ev.cookie, ev.stats.tgid),
+                Some(SockEventKind::Destroyed) => blocking.destroyed(ev.cookie),
+                _ => {}
+            }
             out.extend(event_to_obs(&ev));
         }
     }
@@ -718,6 +727,8 @@ fn event_to_obs(ev: &SockEvent) -> Option<Observation> {
         SockEventKind::State => SockChange::State { old: (ev.arg >> 8) as u8, new: ev.arg as u8 },
         SockEventKind::Destroyed => SockChange::Destroyed,
         SockEventKind::Window => SockChange::Window,
+        // Only the source's business (`BlockingWriters`).
+        SockEventKind::Blocking => return None,
     };
     Some(Observation::Sock { at: Mono(ev.ts_ns), change, sample: to_sample(ev.cookie, &ev.stats) })
 }

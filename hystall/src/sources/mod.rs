@@ -1,6 +1,7 @@
 //! Sources: where observations come from. Only this layer touches the OS.
 
 pub mod api_poll;
+pub mod blocking;
 pub mod capture;
 pub mod cgroup;
 pub mod clash_api;

@@ -83,25 +83,14 @@ fn owners(pids: Option<&HashSet<u32>>, wanted: &HashSet<u32>) -> HashMap<u32, Ve
 
 /// Which of `pids` hold a TCP socket in blocking mode (no O_NONBLOCK in
 /// /proc/PID/fdinfo): only such a writer can park inside a send syscall. Go,
-/// tokio and most proxies use non-blocking sockets only. Each socket's mode is
-/// read once (`checked`), and the fds only when a socket is new (`owners`).
-pub fn has_blocking_tcp(
-    diag: &mut SockDiag,
-    pids: &HashSet<u32>,
-    owners: &mut FdOwners,
-    checked: &mut HashMap<u32, bool>,
-) -> HashSet<u32> {
+/// tokio and most proxies use non-blocking sockets only. Run once per
+/// selection, for the sockets from before hystall tracked them (the kernel
+/// flags the ones it tracks: `sources::blocking`).
+pub fn has_blocking_tcp(diag: &mut SockDiag, pids: &HashSet<u32>, owners: &mut FdOwners) -> HashSet<u32> {
     let Ok(tcp) = diag.dump_tcp(StateFlags::all()) else { return HashSet::new() };
     let inodes: HashSet<u32> = tcp.iter().filter(|d| d.state != 10).map(|d| d.inode).filter(|&i| i != 0).collect();
-    checked.retain(|i, _| inodes.contains(i));
     let held = owners.resolve(pids, &inodes);
-    let mut out = HashSet::new();
-    for (inode, h) in held {
-        if *checked.entry(inode).or_insert_with(|| !procs::fd_nonblocking(h.pid, h.fd)) {
-            out.insert(h.pid);
-        }
-    }
-    out
+    held.into_values().filter(|h| !procs::fd_nonblocking(h.pid, h.fd)).map(|h| h.pid).collect()
 }
 
 /// Listening sockets: inode → port.

@@ -37,6 +37,9 @@ pub fn sock_offsets_from(btf: &Btf) -> Result<SockOffsets, ProbeError> {
         regs_nr: regs_nr_offset(btf)?,
         sk_wmem_queued: member_offset(btf, "sock", "sk_wmem_queued")?,
         sk_sndbuf: member_offset(btf, "sock", "sk_sndbuf")?,
+        sk_socket: member_offset(btf, "sock", "sk_socket")?,
+        socket_file: member_offset(btf, "socket", "file")?,
+        file_f_flags: member_offset(btf, "file", "f_flags")?,
     })
 }
 
@@ -131,6 +134,8 @@ mod tests {
         assert!(o.sk_protocol > o.skc_family, "{o:?}");
         // tcp_sock embeds inet_connection_sock (which embeds sock) first.
         assert!(o.tcp_snd_una > o.sk_protocol && o.tcp_snd_nxt > o.sk_protocol, "{o:?}");
+        // The fd's flags, two pointers away: inside their structs.
+        assert!(o.sk_socket > o.skc_family && o.socket_file > 0 && o.file_f_flags > 0, "{o:?}");
         if cfg!(target_arch = "x86_64") {
             // di, dx and orig_ax: stable since the x86_64 ABI began.
             assert_eq!((o.regs_arg0, o.regs_arg2, o.regs_nr), (112, 96, 120), "{o:?}");

@@ -339,11 +339,6 @@ impl Probes {
         RingBuf::try_from(map).map_err(|e| ProbeError::Map("SECRETS", e.to_string()))
     }
 
-    /// The processes that own the sockets the kernel tracks.
-    pub fn sock_owners(&self) -> HashSet<u32> {
-        self.socks().into_iter().map(|(_, s)| s.tgid).collect()
-    }
-
     /// Run time and run count of each loaded program (non-zero only while BPF
     /// statistics are enabled, see `stats::StatsGuard`).
     pub fn prog_stats(&self) -> Vec<stats::ProgStats> {
