@@ -202,7 +202,7 @@ fn quic_servers_check() -> Check {
     };
     let pids = mode.resolve();
     let socks = match SockDiag::open() {
-        Ok(mut d) => quic::unconnected_udp(&mut d, &pids, &mut Default::default()),
+        Ok(mut d) => quic::unconnected_udp(&mut d, &pids, &mut Default::default(), &mut None),
         Err(e) => return check(NAME, Status::Missing, format!("sock_diag: {e}"), None),
     };
     let mut ports = ServerPorts::new(Default::default(), quic::ephemeral_range(), true);

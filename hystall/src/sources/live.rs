@@ -88,8 +88,10 @@ pub struct Live {
     last_dump: Mono,
     /// Cookies already seeded (never twice).
     seeded: HashSet<u64>,
-    /// The UDP socket dump, paced by its cost.
+    /// The UDP socket dump, paced by its cost, and the unconnected sockets'
+    /// inodes at the last one (only those are worth a walk of the fds).
     udp_pace: Pace,
+    udp_inodes: Option<HashSet<u32>>,
     /// Observations made outside `poll` (start-up), handed out by the next poll.
     pending: Vec<Observation>,
     procs: procs::ProcCache,
@@ -188,6 +190,7 @@ impl Live {
             seeded: HashSet::new(),
             // A little under the rescan period: a cheap dump runs at every rescan.
             udp_pace: Pace::every(RESCAN_EVERY.saturating_sub(Duration::from_millis(100))),
+            udp_inodes: None,
             pending: Vec::new(),
             procs: Default::default(),
             flow_keys: Default::default(),
@@ -244,8 +247,8 @@ impl Live {
             && self.udp_pace.due()
             && let Some(diag) = self.diag.as_mut()
         {
-            let (pids, owners) = (&self.pids, &mut self.fd_owners);
-            let socks = self.udp_pace.run(|| quic::unconnected_udp(diag, pids, owners));
+            let (pids, owners, previous) = (&self.pids, &mut self.fd_owners, &mut self.udp_inodes);
+            let socks = self.udp_pace.run(|| quic::unconnected_udp(diag, pids, owners, previous));
             // Configs are read once per process (a restart is a new pid).
             self.configs.retain(|pid, _| self.pids.contains(pid));
             for &pid in &self.pids {

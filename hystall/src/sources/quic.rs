@@ -25,8 +25,19 @@ pub fn ephemeral_range() -> (u16, u16) {
 
 /// The unconnected UDP sockets (no fixed peer) of the processes `pids`: the
 /// ones that could be QUIC servers (`server_ports` decides which are). The
-/// processes' fds are read only when such a socket is new (`owners`).
-pub fn unconnected_udp(diag: &mut SockDiag, pids: &HashSet<u32>, owners: &mut FdOwners) -> Vec<UdpSock> {
+/// processes' fds are read only when such a socket is new (`owners`), and
+/// only for sockets that were already there at the dump before (`previous`,
+/// None before the first): a node's proxy opens and closes client and relay
+/// sockets by the hundred a second (the node lab's short connections live
+/// well under a second), and a walk of its fds for those would find sockets
+/// that are gone and no server among them. A new server socket waits one
+/// dump (a second) longer to be found.
+pub fn unconnected_udp(
+    diag: &mut SockDiag,
+    pids: &HashSet<u32>,
+    owners: &mut FdOwners,
+    previous: &mut Option<HashSet<u32>>,
+) -> Vec<UdpSock> {
     let Ok(udp) = diag.dump_udp() else { return Vec::new() };
     let by_inode: HashMap<u32, u16> = udp
         .into_iter()
@@ -34,8 +45,13 @@ pub fn unconnected_udp(diag: &mut SockDiag, pids: &HashSet<u32>, owners: &mut Fd
         .filter_map(|d| Some((d.inode, d.local?.port())))
         .collect();
     let inodes: HashSet<u32> = by_inode.keys().copied().collect();
+    let asked: HashSet<u32> = match previous.as_ref() {
+        Some(before) => inodes.intersection(before).copied().collect(),
+        None => inodes.clone(),
+    };
+    *previous = Some(inodes);
     let mut out: Vec<UdpSock> = owners
-        .resolve(pids, &inodes)
+        .resolve(pids, &asked)
         .into_iter()
         .map(|(inode, h)| UdpSock { port: by_inode[&inode], pid: h.pid, inode })
         .collect();
