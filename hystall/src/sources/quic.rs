@@ -102,3 +102,45 @@ pub fn header_sample(s: &FlowSample) -> HeaderSample {
         bytes: s.bytes[..n].to_vec(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt as _;
+
+    fn inode_of(s: &std::net::UdpSocket) -> u32 {
+        use std::os::fd::AsRawFd as _;
+        std::fs::metadata(format!("/proc/self/fd/{}", s.as_raw_fd())).unwrap().ino() as u32
+    }
+
+    #[test]
+    fn a_new_socket_is_resolved_from_the_dump_after_the_one_that_first_showed_it() {
+        let Ok(mut diag) = SockDiag::open() else {
+            eprintln!("skipped: no sock_diag here");
+            return;
+        };
+        let me = HashSet::from([std::process::id()]);
+        let mut owners = FdOwners::with_gap(std::time::Duration::ZERO);
+        let found = |v: &[UdpSock], s: &std::net::UdpSocket| v.iter().any(|u| u.inode == inode_of(s));
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut previous = None;
+        // The first dump resolves every socket (what is there at the start).
+        assert!(found(&unconnected_udp(&mut diag, &me, &mut owners, &mut previous), &a));
+        let walks = owners.scans;
+        // A socket new in this dump waits for the next: no walk for it yet.
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let now = unconnected_udp(&mut diag, &me, &mut owners, &mut previous);
+        assert!(found(&now, &a) && !found(&now, &b));
+        assert_eq!(owners.scans, walks, "a socket seen once is not worth a walk");
+        // Still there at the next dump: resolved.
+        assert!(found(&unconnected_udp(&mut diag, &me, &mut owners, &mut previous), &b));
+        assert_eq!(owners.scans, walks + 1);
+        // One that comes and goes between two dumps never costs a walk.
+        drop(std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
+        let c = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        unconnected_udp(&mut diag, &me, &mut owners, &mut previous);
+        drop(c);
+        unconnected_udp(&mut diag, &me, &mut owners, &mut previous);
+        assert_eq!(owners.scans, walks + 1);
+    }
+}
