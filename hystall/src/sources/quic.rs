@@ -38,12 +38,16 @@ pub fn unconnected_udp(
     owners: &mut FdOwners,
     previous: &mut Option<HashSet<u32>>,
 ) -> Vec<UdpSock> {
-    let Ok(udp) = diag.dump_udp() else { return Vec::new() };
-    let by_inode: HashMap<u32, u16> = udp
-        .into_iter()
-        .filter(|d| d.remote.is_none() && d.inode != 0)
-        .filter_map(|d| Some((d.inode, d.local?.port())))
-        .collect();
+    let mut by_inode: HashMap<u32, u16> = HashMap::new();
+    let dumped = diag.each_unconnected_udp(|h| {
+        let id = &h.socket_id;
+        if h.inode != 0 && id.source_port != 0 && id.destination_port == 0 {
+            by_inode.insert(h.inode, id.source_port);
+        }
+    });
+    if dumped.is_err() {
+        return Vec::new();
+    }
     let inodes: HashSet<u32> = by_inode.keys().copied().collect();
     let asked: HashSet<u32> = match previous.as_ref() {
         Some(before) => inodes.intersection(before).copied().collect(),

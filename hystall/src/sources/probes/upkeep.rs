@@ -30,10 +30,12 @@ impl Probes {
     pub fn map_fill(&self, flows: Option<u64>) -> Vec<MapFill> {
         let count = |name: &str, f: &dyn Fn(&aya::maps::Map) -> Option<u64>| self.ebpf.map(name).and_then(f);
         let socks = count("SOCKS", &|m| Some(BpfHashMap::<_, u64, SockStats>::try_from(m).ok()?.keys().count() as u64));
-        let flows = flows.or_else(|| count("FLOWS", &|m| match super::batch::for_each::<FlowKey, FlowStats>(m, |_, _| {}) {
-            Ok(n) => Some(n as u64),
-            Err(_) => Some(BpfHashMap::<_, FlowKey, FlowStats>::try_from(m).ok()?.keys().count() as u64),
-        }));
+        let flows = flows.or_else(|| {
+            count("FLOWS", &|m| match super::batch::for_each::<FlowKey, FlowStats>(m, |_, _| {}) {
+                Ok(n) => Some(n as u64),
+                Err(_) => Some(BpfHashMap::<_, FlowKey, FlowStats>::try_from(m).ok()?.keys().count() as u64),
+            })
+        });
         let inflight =
             count("INFLIGHT", &|m| Some(BpfHashMap::<_, u32, InflightSend>::try_from(m).ok()?.keys().count() as u64));
         let pids = count("PIDS", &|m| Some(BpfHashMap::<_, u32, u8>::try_from(m).ok()?.keys().count() as u64));
