@@ -246,6 +246,8 @@ pub struct ConnTable {
     unreported: HashSet<u64>,
     /// Connections with decrypted-frame figures.
     framed: HashSet<u64>,
+    /// Which connections the last few seconds of ticks changed.
+    activity: super::activity::Activity,
     /// No packet either way for this long: the connection is closed.
     pub idle_timeout: Duration,
 }
@@ -273,6 +275,7 @@ impl ConnTable {
             last_fold: Mono::ZERO,
             unreported: HashSet::default(),
             framed: HashSet::default(),
+            activity: Default::default(),
             idle_timeout,
         }
     }
@@ -283,6 +286,20 @@ impl ConnTable {
 
     pub fn iter(&self) -> impl Iterator<Item = &Conn> {
         self.conns.values()
+    }
+
+    /// The open connections with a client packet since `from`: from the
+    /// connections the ticks since then changed (`activity`), or from the
+    /// whole table when `from` is older than those records.
+    pub fn active_since(&self, from: Mono) -> Vec<&Conn> {
+        let fits = |c: &&Conn| c.closed.is_none() && c.c2s.last_any().is_some_and(|t| t >= from);
+        match self.activity.since(from) {
+            Some(ids) => {
+                let mut seen = HashSet::default();
+                ids.filter(|id| seen.insert(*id)).filter_map(|id| self.conns.get(&id)).filter(fits).collect()
+            }
+            None => self.conns.values().filter(fits).collect(),
+        }
     }
 
     /// The connections with decrypted-frame figures.
@@ -582,7 +599,8 @@ impl ConnTable {
             self.last_fold = now;
             self.fold_idle_paths(now);
         }
-        for id in std::mem::take(&mut self.dirty) {
+        let dirty = std::mem::take(&mut self.dirty);
+        for &id in &dirty {
             let Some(c) = self.conns.get_mut(&id) else { continue };
             let (mut c2s, mut s2c) = c.folded.as_deref().copied().unwrap_or_default();
             for f in &c.flows {
@@ -593,6 +611,7 @@ impl ConnTable {
             }
             c.set_sums(now, c2s, s2c);
         }
+        self.activity.record(now, dirty);
         let mut out = Vec::new();
         // Report once the grouping is settled (a DCID, or obfuscation seen),
         // or after two seconds: a port hop must not look new.

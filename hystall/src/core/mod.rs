@@ -1,6 +1,7 @@
 //! The pure core: observations in, model and verdicts, events out. No I/O here;
 //! time is an input (`Mono`), so every rule can be tested on synthetic timelines.
 
+pub mod activity;
 pub mod attribution;
 pub mod conns;
 pub mod detector;

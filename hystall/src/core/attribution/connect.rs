@@ -12,10 +12,10 @@ use crate::core::time::Mono;
 
 /// The open connections with a client packet since `from`, the most recently
 /// active first: what the connects of one poll are matched against (built
-/// and sorted once per poll; each connect then reads only the front of it).
+/// and sorted once per poll, from the connections that changed since, not
+/// the whole table; each connect then reads only the front of it).
 pub fn recent(conns: &ConnTable, from: Mono) -> Vec<&Conn> {
-    let mut out: Vec<&Conn> =
-        conns.iter().filter(|c| c.closed.is_none() && c.c2s.last_any().is_some_and(|t| t >= from)).collect();
+    let mut out = conns.active_since(from);
     out.sort_unstable_by_key(|c| Reverse((c.c2s.last_any(), c.id)));
     out
 }

@@ -1,0 +1,79 @@
+//! Which connections changed lately, by the tick that changed them.
+//!
+//! "The open connections with a client packet since t" is what each target
+//! connect is matched against (`attribution::connect`). Read from the whole
+//! table, it visited every connection, twice a second: tens of thousands at
+//! node scale (connections stay until `--quic-idle` after their last packet),
+//! nearly all of them quiet. A connection's sums change only at a tick that
+//! read a new packet of it, and that tick comes at or after the packet; so
+//! the connections changed at ticks since t hold every one with a packet
+//! since t, and a few seconds of such records answer the question.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::time::Mono;
+
+/// Records are kept this long; asked about earlier, the caller reads the
+/// whole table.
+pub const KEEP: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// (tick, connection) in tick order.
+    records: VecDeque<(Mono, u64)>,
+    /// Every change at or after this instant is in `records` (ZERO: all
+    /// of them, since the table began empty).
+    complete_from: Mono,
+}
+
+impl Activity {
+    /// The connections `ids` changed at the tick `at` (ticks in order).
+    pub fn record(&mut self, at: Mono, ids: impl IntoIterator<Item = u64>) {
+        self.records.extend(ids.into_iter().map(|id| (at, id)));
+        let cut = Mono(at.0.saturating_sub(KEEP.as_nanos() as u64));
+        while self.records.front().is_some_and(|(t, _)| *t < cut) {
+            self.records.pop_front();
+        }
+        self.complete_from = self.complete_from.max(cut);
+    }
+
+    /// The connections changed at a tick at or after `from` (with repeats),
+    /// or None when the records do not reach back that far.
+    pub fn since(&self, from: Mono) -> Option<impl Iterator<Item = u64> + '_> {
+        if from < self.complete_from {
+            return None;
+        }
+        let first = self.records.partition_point(|(t, _)| *t < from);
+        Some(self.records.range(first..).map(|(_, id)| *id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(secs: f64) -> Mono {
+        Mono((secs * 1e9) as u64)
+    }
+
+    #[test]
+    fn changes_since_an_instant_come_from_the_records_while_they_reach_back() {
+        let mut a = Activity::default();
+        a.record(s(1.0), [1, 2]);
+        a.record(s(1.2), [2, 3]);
+        a.record(s(1.4), []);
+        fn ids(a: &Activity, from: Mono) -> Option<Vec<u64>> {
+            a.since(from).map(|it| it.collect())
+        }
+        assert_eq!(ids(&a, s(0.0)), Some(vec![1, 2, 2, 3]), "the table began empty: complete from the start");
+        assert_eq!(ids(&a, s(1.1)), Some(vec![2, 3]));
+        assert_eq!(ids(&a, s(1.3)), Some(vec![]));
+        // Five seconds on, the first records are gone: earlier instants are
+        // not answered (the caller reads the whole table).
+        a.record(s(6.1), [4]);
+        assert_eq!(ids(&a, s(1.0)), None);
+        assert_eq!(ids(&a, s(1.1)), Some(vec![2, 3, 4]));
+        assert_eq!(ids(&a, s(6.0)), Some(vec![4]));
+    }
+}
