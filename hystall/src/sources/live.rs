@@ -692,6 +692,11 @@ fn drain_samples(ring: &mut RingBuf<MapData>, servers: &mut ServerPorts, out: &m
         if item.len() >= std::mem::size_of::<FlowSample>() {
             // SAFETY: the kernel wrote a FlowSample (repr(C), Pod) of this size.
             let s: FlowSample = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const FlowSample) };
+            // A server port's sample goes on as it is (nearly all of them).
+            if servers.is_server(s.key.server_port) {
+                out.push(Observation::Header { at: Mono(s.ts_ns), sample: quic::header_sample(&s) });
+                continue;
+            }
             let flow = quic::flow_id(&s.key);
             for s in servers.on_sample(s, flow) {
                 out.push(Observation::Header { at: Mono(s.ts_ns), sample: quic::header_sample(&s) });

@@ -78,10 +78,11 @@ struct Candidate {
     pid: u32,
     inode: u32,
     held: VecDeque<FlowSample>,
-    /// Flows on which this port sent before it received anything.
-    spoke_first: HashSet<FlowId>,
+    /// Flows on which this port sent before it received anything (foldhash:
+    /// looked up for every sample of a candidate port).
+    spoke_first: foldhash::HashSet<FlowId>,
     /// Flows on which this port received something.
-    heard: HashSet<FlowId>,
+    heard: foldhash::HashSet<FlowId>,
 }
 
 /// The decision, kept across rescans.
@@ -382,7 +383,7 @@ fn hold(held: &mut VecDeque<FlowSample>, s: FlowSample) {
     held.push_back(s);
 }
 
-fn bounded_insert(set: &mut HashSet<FlowId>, f: FlowId) {
+fn bounded_insert(set: &mut foldhash::HashSet<FlowId>, f: FlowId) {
     if set.len() >= FLOWS_PER_PORT {
         set.clear();
     }
