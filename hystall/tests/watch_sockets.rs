@@ -108,8 +108,10 @@ fn a_blocking_writer_connected_after_the_start_is_seen_parked() {
     // non-blocking, and its look when the peer's window closes sees it blocking.
     let mut full = vec!["lab", "tcp", "--stall-blocking", "2", "--fast", "1", "--connect-after", "3"];
     full.extend_from_slice(&["--duration", "30"]);
+    let connects = Instant::now() + Duration::from_secs(3);
     let mut lab = Proc::spawn(&full);
     let mut w = watch(lab.pid(), TIMEOUT, &[]);
+    assert!(Instant::now() < connects, "watch took too long to start; the test would not test the kernel's flag");
     let ready = lab.wait_event("lab_ready", Duration::from_secs(15));
     let events = w.collect_until(Instant::now() + Duration::from_secs(TIMEOUT + 2));
     let expected: BTreeSet<String> = writers(&ready, "stall").into_iter().collect();
