@@ -137,6 +137,29 @@ fn sockets_stuck_before_attach_are_found_by_the_startup_scan() {
 }
 
 #[test]
+fn with_no_selection_a_blocking_writer_stuck_before_the_start_is_seen_parked() {
+    let test = "with_no_selection_a_blocking_writer_stuck_before_the_start_is_seen_parked";
+    let Some(_g) = root_or_skip(test) else { return };
+    let (lab, ready) = tcp_lab(&["--stall-blocking", "1", "--fast", "1", "--duration", "30"]);
+    std::thread::sleep(Duration::from_secs(1));
+    // Every process watched, so no per-selection look for blocking sockets:
+    // the stuck socket is found by the start-up scan (it sent before the
+    // kernel tracked anything) and tracked from user space; the kernel reads
+    // its fd's mode at the first zero-window answer after that.
+    let t = TIMEOUT.to_string();
+    let mut w = Proc::spawn(&["watch", "--json", "--stall-timeout", &t]);
+    let started = w.wait_event("watch_started", Duration::from_secs(15));
+    assert_eq!(started["all_processes"], true, "{started}");
+    let events = w.collect_until(Instant::now() + Duration::from_secs(TIMEOUT + 2));
+    let ours: Vec<Value> = events.into_iter().filter(|e| e["pid"] == lab.pid()).collect();
+    let expected: BTreeSet<String> = writers(&ready, "stall").into_iter().collect();
+    assert_eq!(locals_of(&ours, "socket_stalled"), expected, "events: {ours:#?}");
+    let stalled: Vec<&Value> = ours.iter().filter(|e| e["event"] == "socket_stalled").collect();
+    assert!(stalled.iter().all(|e| e["in_syscall"] == true), "{stalled:#?}");
+    assert_eq!(w.stop(), Some(0));
+}
+
+#[test]
 fn a_stalled_socket_that_closes_is_reported_closed() {
     let Some(_g) = root_or_skip("a_stalled_socket_that_closes_is_reported_closed") else { return };
     let (lab, ready) = tcp_lab(&["--stall", "2", "--delay", "2", "--duration", "8"]);

@@ -30,6 +30,12 @@ pub struct Activity {
 impl Activity {
     /// The connections `ids` changed at the tick `at` (ticks in order).
     pub fn record(&mut self, at: Mono, ids: impl IntoIterator<Item = u64>) {
+        if self.records.back().is_some_and(|(t, _)| at < *t) {
+            // A clock that went back (never live; a replay could): the
+            // records start again from here.
+            self.records.clear();
+            self.complete_from = at;
+        }
         self.records.extend(ids.into_iter().map(|id| (at, id)));
         let cut = Mono(at.0.saturating_sub(KEEP.as_nanos() as u64));
         while self.records.front().is_some_and(|(t, _)| *t < cut) {
@@ -75,5 +81,9 @@ mod tests {
         assert_eq!(ids(&a, s(1.0)), None);
         assert_eq!(ids(&a, s(1.1)), Some(vec![2, 3, 4]));
         assert_eq!(ids(&a, s(6.0)), Some(vec![4]));
+        // Time going back starts the records again.
+        a.record(s(3.0), [5]);
+        assert_eq!(ids(&a, s(2.0)), None);
+        assert_eq!(ids(&a, s(3.0)), Some(vec![5]));
     }
 }
