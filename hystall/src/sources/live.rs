@@ -688,17 +688,13 @@ fn drain_events(ring: &mut RingBuf<MapData>, blocking: &mut BlockingWriters, out
 /// Header samples; those of candidate ports wait in `servers` until the port
 /// is shown to be a QUIC server (then they all go to the model) or not.
 fn drain_samples(ring: &mut RingBuf<MapData>, servers: &mut ServerPorts, out: &mut Vec<Observation>) {
+    let mut handed = Vec::new();
     while let Some(item) = ring.next() {
         if item.len() >= std::mem::size_of::<FlowSample>() {
             // SAFETY: the kernel wrote a FlowSample (repr(C), Pod) of this size.
             let s: FlowSample = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const FlowSample) };
-            // A server port's sample goes on as it is (nearly all of them).
-            if servers.is_server(s.key.server_port) {
-                out.push(Observation::Header { at: Mono(s.ts_ns), sample: quic::header_sample(&s) });
-                continue;
-            }
-            let flow = quic::flow_id(&s.key);
-            for s in servers.on_sample(s, flow) {
+            servers.take_sample(s, quic::flow_id(&s.key), &mut handed);
+            for s in handed.drain(..) {
                 out.push(Observation::Header { at: Mono(s.ts_ns), sample: quic::header_sample(&s) });
             }
         }

@@ -271,15 +271,17 @@ impl ServerPorts {
         self.servers.iter().filter_map(|(p, (pid, _))| pid.map(|pid| (*p, pid))).collect()
     }
 
-    /// A header sample from the classifier: what to hand on to the model (the
-    /// sample itself for a server port; for a candidate, nothing, or all it
-    /// held when this sample proves it a server).
-    pub fn on_sample(&mut self, s: FlowSample, flow: FlowId) -> Vec<FlowSample> {
+    /// A header sample from the classifier: what to hand on to the model
+    /// goes into `out` (the sample itself for a server port, nearly every
+    /// one; for a candidate, nothing, or all it held when this sample proves
+    /// it a server).
+    pub fn take_sample(&mut self, s: FlowSample, flow: FlowId, out: &mut Vec<FlowSample>) {
         let port = s.key.server_port;
         if self.is_server(port) {
-            return vec![s];
+            out.push(s);
+            return;
         }
-        let Some(c) = self.candidates.get_mut(&port) else { return Vec::new() };
+        let Some(c) = self.candidates.get_mut(&port) else { return };
         let n = (s.caplen as usize).min(s.bytes.len());
         let initial = first_initial(&s.bytes[..n]);
         if s.dir as usize != DIR_C2S {
@@ -289,12 +291,12 @@ impl ServerPorts {
                     let (inode, port) = (c.inode, port);
                     self.candidates.remove(&port);
                     self.clients.insert(inode);
-                    return Vec::new();
+                    return;
                 }
                 bounded_insert(&mut c.spoke_first, flow);
             }
             hold(&mut c.held, s);
-            return Vec::new();
+            return;
         }
         bounded_insert(&mut c.heard, flow);
         if initial && !c.spoke_first.contains(&flow) {
@@ -305,12 +307,19 @@ impl ServerPorts {
                 flow.client
             ));
             self.apply_redirects();
-            let mut out: Vec<FlowSample> = c.held.into();
+            out.extend(c.held);
             out.push(s);
-            return out;
+            return;
         }
         hold(&mut c.held, s);
-        Vec::new()
+    }
+
+    /// `take_sample` into a list of its own.
+    #[cfg(test)]
+    pub fn on_sample(&mut self, s: FlowSample, flow: FlowId) -> Vec<FlowSample> {
+        let mut out = Vec::new();
+        self.take_sample(s, flow, &mut out);
+        out
     }
 
     /// What changed in the server ports since the last call, and why.
