@@ -73,18 +73,22 @@ pub struct Windows {
     pub conn: u64,
 }
 
-/// How many bytes `c` carried since `from` that its targets `set` leave
+/// Bytes `t` took in (from, now]: what it can explain of a connection's.
+pub fn took_between(t: &Target, from: Mono, now: Mono) -> u64 {
+    took(t, now).saturating_sub(took(t, from))
+}
+
+/// How many bytes `c` carried since `from` that its targets leave
 /// unexplained beyond what framing, datagrams and its receive windows allow
 /// (at most a stream window per stream, and the connection window in all);
-/// 0 when they explain enough. `from` must be a moment since which every
-/// target of `c` is known (its first packet, or a horizon after attach).
-pub fn unexplained(c: &ConnSeries, set: &[&Target], from: Mono, now: Mono, w: Windows) -> u64 {
+/// 0 when they explain enough. The targets are `n`, and took `into` bytes
+/// together since `from` (`took_between`): the search keeps these sums as
+/// it places targets, not the sets. `from` must be a moment since which
+/// every target of `c` is known (its first packet, or a horizon after attach).
+pub fn unexplained(c: &ConnSeries, n: usize, into: u64, from: Mono, now: Mono, w: Windows) -> u64 {
     let carried = c.series.at(now).saturating_sub(c.series.at(from));
-    let into: u64 = set.iter().map(|t| took(t, now).saturating_sub(took(t, from))).sum();
-    let unread = w.conn.min(w.stream.saturating_mul(set.len() as u64));
-    let allowed = unread
-        + (carried as f64 * FRAMING_MAX) as u64
-        + c.datagrams
-        + MARK_BYTES * (set.len() + c.per_cpu.len().max(1)) as u64;
+    let unread = w.conn.min(w.stream.saturating_mul(n as u64));
+    let allowed =
+        unread + (carried as f64 * FRAMING_MAX) as u64 + c.datagrams + MARK_BYTES * (n + c.per_cpu.len().max(1)) as u64;
     carried.saturating_sub(into).saturating_sub(allowed)
 }
