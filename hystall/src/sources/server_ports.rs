@@ -93,7 +93,8 @@ pub struct ServerPorts {
     discover: bool,
     servers: BTreeMap<u16, (Option<u32>, Why)>,
     candidates: BTreeMap<u16, Candidate>,
-    /// Inodes of sockets seen sending a first Initial: QUIC clients.
+    /// Inodes of QUIC client sockets: seen sending a first Initial, or
+    /// talking to one of our server ports on this host.
     clients: HashSet<u32>,
     /// QUIC inbound ports the watched proxies' configs name → the file.
     configured: HashMap<u16, String>,
@@ -281,7 +282,19 @@ impl ServerPorts {
             out.push(s);
             return;
         }
+        // Its peer is one of our server ports on this host: a QUIC client of
+        // the watched server itself (a local health check, the lab's
+        // clients), not a server. Left a candidate, its flows would be
+        // counted and sampled as a server's: on loopback, every packet of
+        // that connection twice.
+        let own_client = self.is_server(flow.client.port()) && same_host(&flow);
         let Some(c) = self.candidates.get_mut(&port) else { return };
+        if own_client {
+            let inode = c.inode;
+            self.candidates.remove(&port);
+            self.clients.insert(inode);
+            return;
+        }
         let n = (s.caplen as usize).min(s.bytes.len());
         let initial = first_initial(&s.bytes[..n]);
         if s.dir as usize != DIR_C2S {
@@ -383,6 +396,12 @@ fn first_initial(bytes: &[u8]) -> bool {
         _ => false,
     };
     initial && dcid.len() >= 8
+}
+
+/// Whether both ends of `flow` are on this host (loopback, or one address).
+fn same_host(flow: &FlowId) -> bool {
+    let (a, b) = (flow.client.ip(), flow.server.ip());
+    a == b || (a.is_loopback() && b.is_loopback())
 }
 
 fn hold(held: &mut VecDeque<FlowSample>, s: FlowSample) {

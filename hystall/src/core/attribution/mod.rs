@@ -663,35 +663,37 @@ impl Attribution {
     /// Forgets targets closed for a while (their bytes explain their
     /// connection's until then), swept connections and old points.
     fn forget(&mut self, now: Mono, conns: &ConnTable, socks: &SocketTable) {
-        for (cookie, t) in self.targets.iter_mut() {
-            let open = match socks.get(*cookie) {
-                Some(s) => s.closed.is_none() && s.k.outbound,
-                // Marks can come before the connect's event is applied.
-                None => now.since(t.born) < Duration::from_secs(5) && t.closed.is_none(),
-            };
-            if !open && t.closed.is_none() {
-                t.closed = Some(now);
-                // What it could have been no longer matters.
-                t.at_connect = Some(Vec::new());
-                t.candidates = Vec::new();
+        // One pass. Closed targets (most of them on a busy node: those linked
+        // stay for the horizon) cost no socket look-up.
+        let mut unlinked = Vec::new();
+        self.targets.retain(|cookie, t| {
+            if t.closed.is_none() || t.pid == 0 {
+                let sock = socks.get(*cookie);
+                let open = match sock {
+                    Some(s) => s.closed.is_none() && s.k.outbound,
+                    // Marks can come before the connect's event is applied.
+                    None => now.since(t.born) < Duration::from_secs(5) && t.closed.is_none(),
+                };
+                if !open && t.closed.is_none() {
+                    t.closed = Some(now);
+                    // What it could have been no longer matters.
+                    t.at_connect = Some(Vec::new());
+                    t.candidates = Vec::new();
+                }
+                if t.pid == 0
+                    && let Some(s) = sock
+                {
+                    t.pid = s.k.pid;
+                }
             }
-            if t.pid == 0
-                && let Some(s) = socks.get(*cookie)
-            {
-                t.pid = s.k.pid;
+            let gone = t.closed.is_some_and(|at| t.link.is_none() || now.since(at) >= CLOSED_KEEP);
+            if gone && let Some(l) = t.link {
+                unlinked.push((l.conn, *cookie));
             }
-        }
-        let gone: Vec<u64> = self
-            .targets
-            .iter()
-            .filter(|(_, t)| t.closed.is_some_and(|at| t.link.is_none() || now.since(at) >= CLOSED_KEEP))
-            .map(|(c, _)| *c)
-            .collect();
-        for cookie in gone {
-            if let Some(t) = self.targets.remove(&cookie)
-                && let Some(l) = t.link
-                && let Some(set) = self.by_conn.get_mut(&l.conn)
-            {
+            !gone
+        });
+        for (conn, cookie) in unlinked {
+            if let Some(set) = self.by_conn.get_mut(&conn) {
                 set.remove(&cookie);
             }
         }

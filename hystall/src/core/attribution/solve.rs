@@ -156,24 +156,48 @@ impl Problem<'_> {
             slots,
             shares,
             pick: vec![0; group.len()],
-            seen: vec![BTreeSet::new(); group.len()],
+            fixed: None,
+            found: false,
             extra: Vec::with_capacity(group.len()),
             nodes: 0,
-            aborted: false,
             out_of_budget: false,
-            solutions: 0,
         };
-        s.dfs(0);
-        if s.aborted || s.solutions == 0 {
-            tracing::debug!(?group, aborted = s.aborted, solutions = s.solutions, "attribution: nothing forced");
-            return (!s.out_of_budget).then(Vec::new);
+        // Witnesses: for each target and each connection it was not yet seen
+        // on, one assignment obeying the rules that puts it there (each found
+        // shows every target's connection in it). A target left with one
+        // connection is tied. Where the rules barely bind, this is a few
+        // short descents; enumerating every assignment was exponential.
+        let mut seen: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); group.len()];
+        for i in 0..group.len() {
+            for &c in cands[i].iter() {
+                if seen[i].len() > 1 || seen[i].contains(&c) {
+                    continue;
+                }
+                s.fixed = Some((i, c));
+                s.found = false;
+                s.dfs(0);
+                if s.out_of_budget {
+                    tracing::debug!(?group, "attribution: search out of budget");
+                    return None;
+                }
+                if s.found {
+                    for (j, v) in seen.iter_mut().enumerate() {
+                        v.insert(cands[j][s.pick[j]]);
+                    }
+                }
+            }
+            if seen[i].is_empty() {
+                // No assignment obeys the rules: nothing can be said.
+                tracing::debug!(?group, "attribution: no assignment obeys the rules");
+                return Some(Vec::new());
+            }
         }
         Some(
             group
                 .iter()
-                .zip(&s.seen)
+                .zip(&seen)
                 .filter(|(_, v)| v.len() == 1)
-                .map(|(t, v)| (*t, *v.iter().next().expect("one")))
+                .map(|(t, v)| (*t, *v.first().expect("one")))
                 .collect(),
         )
     }
@@ -203,17 +227,18 @@ struct Search<'a, 'p> {
     /// (None: a connection the rule does not prune by, a repeated listing,
     /// or a target no longer known, which `set_of` leaves out too).
     shares: Vec<Vec<Option<(usize, u64)>>>,
-    /// The candidate index chosen for each target so far.
+    /// The candidate index chosen for each target so far (at a witness:
+    /// the whole assignment).
     pick: Vec<usize>,
-    /// Connections each target takes in the assignments found.
-    seen: Vec<BTreeSet<u64>>,
+    /// The target and connection the witness being looked for must have.
+    fixed: Option<(usize, u64)>,
+    /// A witness was found (the search unwinds).
+    found: bool,
     /// Reused: the targets a connection takes with the one being placed.
     extra: Vec<u64>,
+    /// Nodes visited by all of this group's descents.
     nodes: usize,
-    aborted: bool,
-    /// Aborted for the node budget (not because nothing more was to learn).
     out_of_budget: bool,
-    solutions: usize,
 }
 
 impl Search<'_, '_> {
@@ -237,13 +262,10 @@ impl Search<'_, '_> {
         }
     }
 
+    /// Looks for a witness below a node at depth `i`.
     fn dfs(&mut self, i: usize) {
-        if self.aborted {
-            return;
-        }
         self.nodes += 1;
         if self.nodes > self.p.budget {
-            self.aborted = true;
             self.out_of_budget = true;
             return;
         }
@@ -259,20 +281,15 @@ impl Search<'_, '_> {
             }
         }
         if i == self.group.len() {
-            self.solutions += 1;
-            for j in 0..self.group.len() {
-                self.seen[j].insert(self.cands[j][self.pick[j]]);
-            }
-            // Every target seen with two connections: nothing more to learn.
-            if self.seen.iter().all(|s| s.len() > 1) {
-                self.aborted = true;
-                self.solutions = 0;
-            }
+            self.found = true;
             return;
         }
         for k in 0..self.cands[i].len() {
-            self.pick[i] = k;
             let c = self.cands[i][k];
+            if self.fixed.is_some_and(|(fi, fc)| fi == i && fc != c) {
+                continue;
+            }
+            self.pick[i] = k;
             self.extra.clear();
             self.extra.extend((0..i).filter(|&j| self.cands[j][self.pick[j]] == c).map(|j| self.group[j]));
             self.extra.push(self.group[i]);
@@ -281,7 +298,7 @@ impl Search<'_, '_> {
                 self.dfs(i + 1);
                 self.place(i, k, false);
             }
-            if self.aborted {
+            if self.found || self.out_of_budget {
                 return;
             }
         }

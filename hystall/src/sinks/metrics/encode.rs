@@ -48,7 +48,7 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
     gauges(
         &mut r,
         "table_entries",
-        "Entries of hystall's own tables (sockets, connections, flows, retired_flows): flat on a healthy node",
+        "Entries of hystall's own tables (sockets, connections, flows, retired_flows, attributed_targets, byte_series): flat on a healthy node",
         s.tables.rows().into_iter().map(|(t, n)| (vec![("table", t.to_owned())], n)),
     );
 

@@ -132,16 +132,23 @@ pub struct Tables {
     /// Flows of closed connections whose last figures are kept (until the
     /// kernel forgets them).
     pub retired_flows: u64,
+    /// Target sockets the attribution follows (closed ones linked to a
+    /// connection stay for its horizon: their bytes explain its bytes).
+    pub attributed_targets: u64,
+    /// Connections whose client bytes the attribution keeps as a series.
+    pub byte_series: u64,
 }
 
 impl Tables {
     /// (label, value) pairs, in a fixed order.
-    pub fn rows(&self) -> [(&'static str, u64); 4] {
+    pub fn rows(&self) -> [(&'static str, u64); 6] {
         [
             ("sockets", self.sockets),
             ("connections", self.connections),
             ("flows", self.flows),
             ("retired_flows", self.retired_flows),
+            ("attributed_targets", self.attributed_targets),
+            ("byte_series", self.byte_series),
         ]
     }
 }
@@ -179,6 +186,8 @@ impl Snapshot {
             connections: model.conns.len() as u64,
             flows: model.conns.flows_len() as u64,
             retired_flows: model.conns.retired_len() as u64,
+            attributed_targets: model.attribution.sizes().0 as u64,
+            byte_series: model.attribution.sizes().1 as u64,
         };
         Snapshot { targets, starved, quic_connections, tables, totals: totals.clone(), kernel }
     }

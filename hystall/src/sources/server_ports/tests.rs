@@ -103,6 +103,35 @@ fn a_client_socket_that_sends_the_first_initial_is_dropped_for_its_lifetime() {
 }
 
 #[test]
+fn a_socket_talking_to_our_own_server_port_on_this_host_is_its_client_not_a_candidate() {
+    let mut p = ServerPorts::new(HashSet::new(), RANGE, true);
+    // 443: a server at once (bound outside the ephemeral range); 50000 and
+    // 50001: candidates, their Initials long past (opened before we came).
+    p.update(&[sock(443, 1), sock(50000, 9), sock(50001, 10)]);
+    assert!(p.kernel_ports().is_superset(&HashSet::from([443, 50000, 50001])));
+    let on_host = |client: [u8; 4], server: [u8; 4], server_port| {
+        let mut k = key(443, server_port);
+        k.client[..4].copy_from_slice(&client);
+        k.server[..4].copy_from_slice(&server);
+        k
+    };
+    // A remote peer's port 443 says nothing (a remote server, or a client
+    // whose port happens to be 443): still a candidate.
+    let (s, f) = sample(on_host([10, 0, 0, 2], [10, 0, 0, 1], 50000), DIR_C2S, 1, &short());
+    p.on_sample(s, f);
+    assert!(p.kernel_ports().contains(&50000));
+    // Our 443 on this host's address, and on loopback: its clients.
+    let (s, f) = sample(on_host([10, 0, 0, 1], [10, 0, 0, 1], 50000), DIR_C2S, 2, &short());
+    assert!(p.on_sample(s, f).is_empty());
+    let (s, f) = sample(on_host([127, 0, 0, 1], [127, 0, 0, 1], 50001), DIR_S2C, 3, &short());
+    assert!(p.on_sample(s, f).is_empty());
+    assert_eq!(p.kernel_ports(), HashSet::from([443]), "no longer counted twice");
+    // For as long as they live.
+    p.update(&[sock(443, 1), sock(50000, 9), sock(50001, 10)]);
+    assert_eq!(p.kernel_ports(), HashSet::from([443]));
+}
+
+#[test]
 fn what_a_port_receives_after_it_spoke_first_on_that_flow_does_not_promote_it() {
     let mut p = ServerPorts::new(HashSet::new(), RANGE, true);
     p.update(&[sock(50000, 9)]);
