@@ -15,7 +15,6 @@ use tokio::io::unix::AsyncFd;
 
 use super::blocking::BlockingWriters;
 use super::flow_map::FlowMap;
-use super::pace::Pace;
 use super::probes::tc::Iface;
 use super::probes::upkeep::MapFill;
 use super::probes::{ProbeConfig, ProbeError, Probes};
@@ -24,6 +23,7 @@ use super::quic;
 use super::seed;
 use super::server_ports::ServerPorts;
 use super::sockdiag::SockDiag;
+use super::udp_rescan::UdpRescan;
 use crate::core::event::{ProbeStatus, QuicPortsInfo};
 use crate::core::flows::FlowId;
 use crate::core::observation::{ByteMark, InflightSample, Observation, SendCount, SockChange, SockSample};
@@ -88,9 +88,9 @@ pub struct Live {
     last_dump: Mono,
     /// Cookies already seeded (never twice).
     seeded: HashSet<u64>,
-    /// The UDP socket dump, paced by its cost, and the unconnected sockets'
-    /// inodes at the last one (only those are worth a walk of the fds).
-    udp_pace: Pace,
+    /// When the UDP sockets are dumped (`udp_rescan.rs`), and the unconnected
+    /// sockets' inodes at the last dump (only those are worth a walk of the fds).
+    udp_rescan: UdpRescan,
     udp_inodes: Option<HashSet<u32>>,
     /// Observations made outside `poll` (start-up), handed out by the next poll.
     pending: Vec<Observation>,
@@ -188,8 +188,8 @@ impl Live {
             inodes: HashMap::new(),
             last_dump: Mono::ZERO,
             seeded: HashSet::new(),
-            // A little under the rescan period: a cheap dump runs at every rescan.
-            udp_pace: Pace::every(RESCAN_EVERY.saturating_sub(Duration::from_millis(100))),
+            // A little under the rescan period: a due dump runs at the rescan.
+            udp_rescan: UdpRescan::new(RESCAN_EVERY.saturating_sub(Duration::from_millis(100))),
             udp_inodes: None,
             pending: Vec::new(),
             procs: Default::default(),
@@ -244,11 +244,11 @@ impl Live {
     /// first time there is a port to watch.
     fn refresh_ports(&mut self) -> Result<(), ProbeError> {
         if self.mode.filters()
-            && self.udp_pace.due()
+            && self.udp_rescan.due(&self.pids)
             && let Some(diag) = self.diag.as_mut()
         {
             let (pids, owners, previous) = (&self.pids, &mut self.fd_owners, &mut self.udp_inodes);
-            let socks = self.udp_pace.run(|| quic::unconnected_udp(diag, pids, owners, previous));
+            let socks = self.udp_rescan.run(pids, || quic::unconnected_udp(diag, pids, owners, previous));
             // Configs are read once per process (a restart is a new pid).
             self.configs.retain(|pid, _| self.pids.contains(pid));
             for &pid in &self.pids {

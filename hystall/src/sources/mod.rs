@@ -24,3 +24,4 @@ pub mod replay;
 pub mod seed;
 pub mod server_ports;
 pub mod sockdiag;
+pub mod udp_rescan;

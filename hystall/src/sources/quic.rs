@@ -31,7 +31,8 @@ pub fn ephemeral_range() -> (u16, u16) {
 /// sockets by the hundred a second (the node lab's short connections live
 /// well under a second), and a walk of its fds for those would find sockets
 /// that are gone and no server among them. A new server socket waits one
-/// dump (a second) longer to be found.
+/// dump longer to be found (a second after its process appeared, else up to
+/// two: `udp_rescan.rs`).
 pub fn unconnected_udp(
     diag: &mut SockDiag,
     pids: &HashSet<u32>,
