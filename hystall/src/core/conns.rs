@@ -215,8 +215,11 @@ pub enum ConnChange {
 }
 
 pub struct ConnTable {
-    conns: HashMap<u64, Conn>,
-    flows: HashMap<FlowId, FlowState>,
+    /// Boxed values (as `flows`): the tables churn at hundreds of
+    /// connections a second, and the hash table's in-place rehash moves
+    /// every value it holds (memmove was 8 % of hystall's time at node scale).
+    conns: HashMap<u64, Box<Conn>>,
+    flows: HashMap<FlowId, Box<FlowState>>,
     by_dcid: HashMap<ConnectionId, u64>,
     /// Client address:port → connection. Server → client packets carry no
     /// useful DCID; and with DNAT done before TC (locally generated traffic),
@@ -281,11 +284,11 @@ impl ConnTable {
     }
 
     pub fn get(&self, id: u64) -> Option<&Conn> {
-        self.conns.get(&id)
+        self.conns.get(&id).map(|c| &**c)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Conn> {
-        self.conns.values()
+        self.conns.values().map(|c| &**c)
     }
 
     /// The open connections with a client packet since `from`: from the
@@ -296,15 +299,15 @@ impl ConnTable {
         match self.activity.since(from) {
             Some(ids) => {
                 let mut seen = HashSet::default();
-                ids.filter(|id| seen.insert(*id)).filter_map(|id| self.conns.get(&id)).filter(fits).collect()
+                ids.filter(|id| seen.insert(*id)).filter_map(|id| self.get(id)).filter(fits).collect()
             }
-            None => self.conns.values().filter(fits).collect(),
+            None => self.iter().filter(fits).collect(),
         }
     }
 
     /// The connections with decrypted-frame figures.
     pub fn framed(&self) -> impl Iterator<Item = &Conn> {
-        self.framed.iter().filter_map(|id| self.conns.get(id))
+        self.framed.iter().filter_map(|id| self.conns.get(id)).map(|c| &**c)
     }
 
     /// Decrypted-frame figures for the connection of `sample.flow` (offline).
@@ -350,7 +353,7 @@ impl ConnTable {
         self.unreported.insert(id);
         self.conns.insert(
             id,
-            Conn {
+            Box::new(Conn {
                 id,
                 dcid: None,
                 grouping: Grouping::FiveTuple,
@@ -366,7 +369,7 @@ impl ConnTable {
                 folded_clients: 0,
                 cid_len: None,
                 history: Default::default(),
-            },
+            }),
         );
         id
     }
@@ -473,7 +476,7 @@ impl ConnTable {
             None => self.new_conn(flow, at),
         };
         self.by_client.insert(flow.client, conn);
-        self.flows.insert(flow, FlowState { conn, ..Default::default() });
+        self.flows.insert(flow, Box::new(FlowState { conn, ..Default::default() }));
         self.dirty.insert(conn);
         conn
     }
