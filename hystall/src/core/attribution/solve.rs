@@ -357,11 +357,12 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// What a `Problem` borrows or takes: connections, targets, open targets, links.
+    type Parts = (Map<u64, ConnSeries>, Map<u64, Target>, BTreeMap<u64, Vec<u64>>, Map<u64, BTreeSet<u64>>);
+
     /// A random server: connections whose bytes came in steps, targets that
     /// took theirs later, each open target with two to four candidates.
-    fn problem_parts(
-        rng: &mut Rng,
-    ) -> (Map<u64, ConnSeries>, Map<u64, Target>, BTreeMap<u64, Vec<u64>>, Map<u64, BTreeSet<u64>>) {
+    fn problem_parts(rng: &mut Rng) -> Parts {
         let mut conns = Map::default();
         let n_conns = 2 + rng.below(4);
         for c in 0..n_conns {
