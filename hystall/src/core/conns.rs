@@ -759,7 +759,7 @@ mod tests {
     }
 
     fn sample(flow: FlowId, dir: Dir, bytes: Vec<u8>) -> HeaderSample {
-        HeaderSample { flow, dir, payload_len: bytes.len() as u32, segs: 1, bytes }
+        HeaderSample { flow, dir, payload_len: bytes.len() as u32, segs: 1, bytes: bytes.into() }
     }
 
     /// Counters of `packets` full-size client packets of 1,000 bytes, the last at `at`.

@@ -459,7 +459,8 @@ mod tests {
             long.extend_from_slice(&dcid);
             long.extend_from_slice(&[0x40, 0x20]);
             let f = Node::flow(client);
-            self.conns.sample(s(at), &HeaderSample { flow: f, dir: Dir::S2c, payload_len: 60, segs: 1, bytes: long });
+            self.conns
+                .sample(s(at), &HeaderSample { flow: f, dir: Dir::S2c, payload_len: 60, segs: 1, bytes: long.into() });
             self.flows.insert(client, (0, 0, 0, None, s(at)));
         }
 

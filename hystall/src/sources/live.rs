@@ -509,8 +509,10 @@ impl Live {
         let diag = &mut self.diag;
         let (comm, ports) =
             self.procs.get(sample.pid, now, || diag.as_mut().map(seed::listening_ports).unwrap_or_default());
-        if !comm.is_empty() {
-            sample.comm = comm.to_owned();
+        if !comm.is_empty() && sample.comm != comm {
+            // Into the kernel's name's buffer: one allocation an event, not two.
+            sample.comm.clear();
+            sample.comm.push_str(comm);
         }
         if !sample.outbound
             && let Some(local) = sample.local

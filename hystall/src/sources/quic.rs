@@ -9,7 +9,7 @@ use hystall_common::{AF_INET, DIR_C2S, DIR_S2C, DirStats, FlowKey, FlowSample, F
 use super::fd_owners::FdOwners;
 use super::server_ports::UdpSock;
 use super::sockdiag::SockDiag;
-use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample, Replies};
+use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample, Replies, SampleBytes};
 use crate::core::time::Mono;
 
 /// The kernel's ephemeral port range (`net.ipv4.ip_local_port_range`): the
@@ -104,7 +104,7 @@ pub fn header_sample(s: &FlowSample) -> HeaderSample {
         dir: if s.dir as usize == DIR_C2S { Dir::C2s } else { Dir::S2c },
         payload_len: s.payload_len,
         segs: s.segs,
-        bytes: s.bytes[..n].to_vec(),
+        bytes: SampleBytes::from_slice(&s.bytes[..n]),
     }
 }
 

@@ -78,7 +78,8 @@ impl Node {
         let mut long = vec![0xe0, 0, 0, 0, 1, 0, 4];
         long.extend_from_slice(&[(port >> 8) as u8, port as u8, 0xab, 0xcd]);
         long.extend_from_slice(&[0x40, 0x20]);
-        let sample = HeaderSample { flow: Node::flow(port), dir: Dir::S2c, payload_len: 60, segs: 1, bytes: long };
+        let sample =
+            HeaderSample { flow: Node::flow(port), dir: Dir::S2c, payload_len: 60, segs: 1, bytes: long.into() };
         self.model.apply(Observation::Header { at: s(at), sample });
         self.flows.push((port, [0; 4], None, s(at)));
     }

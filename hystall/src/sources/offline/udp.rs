@@ -138,7 +138,7 @@ impl UdpFlows {
                 dir,
                 payload_len: first as u32,
                 segs: segments.len() as u32,
-                bytes: payload[..first.min(SAMPLE_BYTES)].to_vec(),
+                bytes: payload[..first.min(SAMPLE_BYTES)].into(),
             }
         });
         Some(Placed { flow, dir, segments, sample })

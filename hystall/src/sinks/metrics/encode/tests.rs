@@ -71,7 +71,7 @@ fn starved_node() -> (Model, Vec<Stamped>) {
     // The server's Handshake teaches the 4-byte DCID.
     let mut long = vec![0xe0, 0, 0, 0, 1, 0, 4, 9, 1, 2, 3];
     long.extend_from_slice(&[0x40, 0x20]);
-    let sample = HeaderSample { flow: flow(), dir: Dir::S2c, payload_len: 60, segs: 1, bytes: long };
+    let sample = HeaderSample { flow: flow(), dir: Dir::S2c, payload_len: 60, segs: 1, bytes: long.into() };
     m.apply(Observation::Header { at: s(0.0), sample });
     // The server dials the three targets right after the client's requests.
     for cookie in 1..=3 {
