@@ -307,7 +307,7 @@ impl ConnTable {
 
     /// The connections with decrypted-frame figures.
     pub fn framed(&self) -> impl Iterator<Item = &Conn> {
-        self.framed.iter().filter_map(|id| self.conns.get(id)).map(|c| &**c)
+        self.framed.iter().filter_map(|id| self.get(*id))
     }
 
     /// Decrypted-frame figures for the connection of `sample.flow` (offline).

@@ -40,6 +40,11 @@ impl Pace {
         out
     }
 
+    /// How long since the last run started (None before the first).
+    pub fn since_last(&self) -> Option<Duration> {
+        self.last.map(|t| t.elapsed())
+    }
+
     pub fn min(&self) -> Duration {
         self.min
     }

@@ -287,23 +287,18 @@ impl ServerPorts {
         // clients), not a server. Left a candidate, its flows would be
         // counted and sampled as a server's: on loopback, every packet of
         // that connection twice.
-        let own_client = self.is_server(flow.client.port()) && same_host(&flow);
-        let Some(c) = self.candidates.get_mut(&port) else { return };
-        if own_client {
-            let inode = c.inode;
-            self.candidates.remove(&port);
-            self.clients.insert(inode);
+        if self.is_server(flow.client.port()) && same_host(&flow) {
+            self.drop_client(port);
             return;
         }
+        let Some(c) = self.candidates.get_mut(&port) else { return };
         let n = (s.caplen as usize).min(s.bytes.len());
         let initial = first_initial(&s.bytes[..n]);
         if s.dir as usize != DIR_C2S {
             if !c.heard.contains(&flow) {
                 if initial {
                     // It opened a QUIC connection itself: a client socket.
-                    let (inode, port) = (c.inode, port);
-                    self.candidates.remove(&port);
-                    self.clients.insert(inode);
+                    self.drop_client(port);
                     return;
                 }
                 bounded_insert(&mut c.spoke_first, flow);
@@ -325,6 +320,13 @@ impl ServerPorts {
             return;
         }
         hold(&mut c.held, s);
+    }
+
+    /// Candidate `port` is a QUIC client socket: dropped for its lifetime.
+    fn drop_client(&mut self, port: u16) {
+        if let Some(c) = self.candidates.remove(&port) {
+            self.clients.insert(c.inode);
+        }
     }
 
     /// `take_sample` into a list of its own.

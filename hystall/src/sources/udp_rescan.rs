@@ -17,7 +17,7 @@
 //! picked (quinn and Go clients bind port 0 too).
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::pace::Pace;
 
@@ -30,25 +30,23 @@ pub struct UdpRescan {
     pids: HashSet<u32>,
     /// The last dump saw new processes: the next rescan dumps again.
     follow_up: bool,
-    last: Option<Instant>,
 }
 
 impl UdpRescan {
     /// `min`: the shortest gap between two dumps (also paced by their cost).
     pub fn new(min: Duration) -> UdpRescan {
-        UdpRescan { pace: Pace::every(min), pids: HashSet::new(), follow_up: false, last: None }
+        UdpRescan { pace: Pace::every(min), pids: HashSet::new(), follow_up: false }
     }
 
     /// Whether to dump now, for these watched processes.
     pub fn due(&self, pids: &HashSet<u32>) -> bool {
-        self.pace.due() && (self.follow_up || *pids != self.pids || self.last.is_none_or(|t| t.elapsed() >= SLOW))
+        self.pace.due() && (self.follow_up || *pids != self.pids || self.pace.since_last().is_none_or(|t| t >= SLOW))
     }
 
     /// Runs the dump `f` for `pids`.
     pub fn run<T>(&mut self, pids: &HashSet<u32>, f: impl FnOnce() -> T) -> T {
         self.follow_up = *pids != self.pids;
         self.pids.clone_from(pids);
-        self.last = Some(Instant::now());
         self.pace.run(f)
     }
 }
