@@ -10,13 +10,40 @@ use std::time::Duration;
 use crate::core::conns::{Conn, ConnTable};
 use crate::core::time::Mono;
 
+/// What a connect asks of an active connection, copied out of it once per
+/// poll: at node scale each poll's hundred connects read the front of a list
+/// of thousands, and reading the connections themselves (boxed, each a cache
+/// miss, and its owner found through its flows) for every connect, and in
+/// the sort, was most of the attribution's time.
+#[derive(Clone, Copy, Debug)]
+pub struct Active {
+    id: u64,
+    /// Its last client packet.
+    last: Mono,
+    /// Its first client packet, as the kernel stamped it (the connection
+    /// itself may be set up from a later poll or sample).
+    began: Mono,
+    owner: Option<u32>,
+}
+
 /// The open connections with a client packet since `from`, the most recently
 /// active first: what the connects of one poll are matched against (built
 /// and sorted once per poll, from the connections that changed since, not
 /// the whole table; each connect then reads only the front of it).
-pub fn recent(conns: &ConnTable, from: Mono) -> Vec<&Conn> {
-    let mut out = conns.active_since(from);
-    out.sort_unstable_by_key(|c| Reverse((c.c2s.last_any(), c.id)));
+pub fn recent(conns: &ConnTable, from: Mono, owner_of: &dyn Fn(&Conn) -> Option<u32>) -> Vec<Active> {
+    let mut out: Vec<Active> = conns
+        .active_since(from)
+        .into_iter()
+        .filter_map(|c| {
+            Some(Active {
+                id: c.id,
+                last: c.c2s.last_any()?,
+                began: c.c2s.first.unwrap_or(c.first_seen).min(c.first_seen),
+                owner: owner_of(c),
+            })
+        })
+        .collect();
+    out.sort_unstable_by_key(|a| Reverse((a.last, a.id)));
     out
 }
 
@@ -24,25 +51,15 @@ pub fn recent(conns: &ConnTable, from: Mono) -> Vec<&Conn> {
 /// `at` (at most `max`, the most recently active first), and whether more
 /// were possible than are kept. `recent` is [`recent`]'s list, as of the
 /// first flow poll after the connect.
-pub fn candidates(
-    at: Mono,
-    pid: u32,
-    window: Duration,
-    max: usize,
-    recent: &[&Conn],
-    owner_of: &dyn Fn(&Conn) -> Option<u32>,
-) -> (Vec<u64>, bool) {
+pub fn candidates(at: Mono, pid: u32, window: Duration, max: usize, recent: &[Active]) -> (Vec<u64>, bool) {
     let from = Mono(at.0.saturating_sub(window.as_nanos() as u64));
     let mut out = Vec::new();
     for c in recent {
         // Sorted by last client packet: the rest are older still.
-        if c.c2s.last_any().is_none_or(|t| t < from) {
+        if c.last < from {
             break;
         }
-        // Its first client packet, as the kernel stamped it (the connection
-        // itself may be set up from a later poll or sample).
-        let began = c.c2s.first.unwrap_or(c.first_seen).min(c.first_seen) <= at;
-        if c.closed.is_some() || !began || owner_of(c).is_some_and(|p| p != pid && pid != 0) {
+        if c.began > at || c.owner.is_some_and(|p| p != pid && pid != 0) {
             continue;
         }
         if out.len() == max {

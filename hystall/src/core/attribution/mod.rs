@@ -64,6 +64,14 @@ const CONN_HORIZON: Duration = Duration::from_secs(30);
 const CLOSED_KEEP: Duration = CONN_HORIZON;
 /// The deduction runs at least this often (and whenever marks arrived).
 const SOLVE_EVERY: Duration = Duration::from_secs(1);
+/// Beyond this many targets followed, the passes over all of them (the
+/// deduction, forgetting closed sockets) run once per `SOLVE_EVERY`, not at
+/// every tick: their cost grows with the targets (3,000 at 500 new
+/// connections a second, most of them closed ones kept for the horizon), and
+/// a link made a second later changes nothing a stall timeout of seconds
+/// decides. What must be taken at the first poll after a connect (who was
+/// active, who was answered) still is, at every tick.
+const BUSY_TARGETS: usize = 256;
 /// A group of targets whose search ran out of budget is searched again
 /// after this (new marks may prune it by then; a changed group at once).
 const SEARCH_BACKOFF: Duration = Duration::from_secs(2);
@@ -287,6 +295,8 @@ pub struct Attribution {
     /// Marks or connects since the last deduction.
     dirty: bool,
     last_solve: Mono,
+    /// The last pass over every target (`BUSY_TARGETS`).
+    last_pass: Option<Mono>,
     /// What each process's targets showed of its answers (`reply.rs`).
     gates: Map<u32, reply::Gate>,
     /// Groups whose search ran out of budget, and when (`SEARCH_BACKOFF`).
@@ -427,16 +437,20 @@ impl Attribution {
     /// something new came; forgets closed sockets and connections.
     pub fn tick(&mut self, now: Mono, conns: &ConnTable, socks: &SocketTable, owners: &HashMap<u16, u32>) {
         let started = *self.started.get_or_insert(now);
-        // Stalled targets whose connect and bytes we never saw (they predate
-        // us, or their process was found later) are followed too.
-        for s in socks.iter().filter(|s| s.closed.is_none() && s.k.outbound && s.verdict == Verdict::Stalled) {
-            if let std::collections::hash_map::Entry::Vacant(e) = self.targets.entry(s.k.cookie) {
-                e.insert(Target::new(s.k.pid, s.k.first_seen.unwrap_or(now)));
-                self.dirty = true;
+        let pass = self.targets.len() <= BUSY_TARGETS || self.last_pass.is_none_or(|at| now.since(at) >= SOLVE_EVERY);
+        if pass {
+            self.last_pass = Some(now);
+            // Stalled targets whose connect and bytes we never saw (they
+            // predate us, or their process was found later) are followed too.
+            for s in socks.iter().filter(|s| s.closed.is_none() && s.k.outbound && s.verdict == Verdict::Stalled) {
+                if let std::collections::hash_map::Entry::Vacant(e) = self.targets.entry(s.k.cookie) {
+                    e.insert(Target::new(s.k.pid, s.k.first_seen.unwrap_or(now)));
+                    self.dirty = true;
+                }
             }
+            self.forget(now, conns, socks);
         }
         self.adopt_orphans(now, conns);
-        self.forget(now, conns, socks);
         for (id, cs) in self.conns.iter_mut() {
             if let Some(c) = conns.get(*id) {
                 let horizon = Mono(now.0.saturating_sub(CONN_HORIZON.as_nanos() as u64));
@@ -456,12 +470,12 @@ impl Attribution {
             let pending = |t: &Target| t.at_connect.is_none() && t.connect.is_some_and(|at| at <= poll);
             let earliest = self.targets.values().filter(|t| pending(t)).filter_map(|t| t.connect).min();
             let recent = match earliest {
-                Some(at) => connect::recent(conns, Mono(at.0.saturating_sub(window.as_nanos() as u64))),
+                Some(at) => connect::recent(conns, Mono(at.0.saturating_sub(window.as_nanos() as u64)), &owner_of),
                 None => Vec::new(),
             };
             for (cookie, t) in self.targets.iter_mut().filter(|(_, t)| pending(t)) {
                 let Some(at) = t.connect else { continue };
-                let (cands, crowded) = connect::candidates(at, t.pid, window, max, &recent, &owner_of);
+                let (cands, crowded) = connect::candidates(at, t.pid, window, max, &recent);
                 tracing::debug!(cookie, at = at.0, pid = t.pid, ?cands, crowded, "attribution: at connect");
                 t.at_connect = Some(cands);
                 t.crowded = crowded;
@@ -502,7 +516,7 @@ impl Attribution {
                 self.relays = Some(records);
             }
         }
-        if self.dirty || now.since(self.last_solve) >= SOLVE_EVERY {
+        if (self.dirty && pass) || now.since(self.last_solve) >= SOLVE_EVERY {
             self.dirty = false;
             self.last_solve = now;
             self.solve(now, conns, &owner_of);
@@ -722,5 +736,9 @@ pub fn sole_owner(owners: &HashMap<u16, u32>) -> Option<u32> {
 
 /// `owner` with the sole owner already known.
 pub fn owner_or(c: &Conn, owners: &HashMap<u16, u32>, sole: Option<u32>) -> Option<u32> {
-    c.flows.iter().find_map(|f| owners.get(&f.server.port()).copied()).or(sole)
+    if sole.is_some() {
+        // Every port is its: no need to read the connection's flows.
+        return sole;
+    }
+    c.flows.iter().find_map(|f| owners.get(&f.server.port()).copied())
 }

@@ -87,9 +87,11 @@ impl Problem<'_> {
                         out.push((t, c, false));
                         changed = true;
                     }
-                    _ => {
+                    // Fewer than before (the filter only drops): kept.
+                    _ if cands.len() < self.open[&t].len() => {
                         self.open.insert(t, cands);
                     }
+                    _ => {}
                 }
             }
             if !changed {
