@@ -87,6 +87,11 @@ pub struct FlowStats {
     pub replies: [u64; REPLY_SLOTS],
 }
 
+/// Flows copied per run of `flow_copy` (a classifier never attached, run by
+/// user space with `BPF_PROG_TEST_RUN`): the moved flows of a read in one run
+/// per this many, not one `bpf` look-up syscall each.
+pub const COPY_BATCH: u32 = 512;
+
 /// The start of one packet's UDP payload, sent to user space for new flows,
 /// long headers, and at a low rate otherwise.
 #[repr(C)]

@@ -9,6 +9,7 @@
 #![feature(core_intrinsics)]
 #![no_main]
 
+mod flow_copy;
 mod go_tls;
 mod maps;
 mod quic_flow;

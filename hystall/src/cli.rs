@@ -342,6 +342,11 @@ pub struct LabArgs {
     /// Seconds between the ready line and the start of the uploads.
     #[arg(long, value_name = "SECS", default_value_t = 0.0)]
     pub delay: f64,
+    /// After the ready line, wait for a line on stdin before the extra
+    /// clients connect and the delay starts (`watch --lab` writes it once
+    /// its probes are attached: a fixed delay alone raced a slow start).
+    #[arg(long, hide = true)]
+    pub wait_go: bool,
     /// One more client (repeatable), its own QUIC connection: `BEHAVIOUR:N[@SECS]`
     /// (N uploads into targets of its own, SECS after the main uploads) or `idle`;
     /// e.g. `--client stall:4@3 --client fast:2 --client idle`.

@@ -6,9 +6,10 @@
 //! kernel (PR_SET_PDEATHSIG) when the monitor is killed outright (SIGKILL, a
 //! crash), where no drop runs.
 
+use std::io::Write as _;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt as _;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 
 use anyhow::{Context, bail};
 
@@ -16,6 +17,8 @@ use crate::cli::LabSide;
 
 pub struct LabChild {
     child: Child,
+    /// The lab waits for a line here before its uploads (`go`).
+    go: Option<ChildStdin>,
     pub pid: u32,
     pub server_port: u16,
 }
@@ -48,9 +51,9 @@ impl LabChild {
             .arg(format!("{:?}", opts.lab_target).to_lowercase())
             // Uploads start once the monitor is attached: the timeline then
             // shows client bulk flowing, and the moment it stops.
-            .args(["--delay", "1.5"])
+            .args(["--delay", "1.5", "--wait-go"])
             .args(opts.lab_clients.iter().flat_map(|c| ["--client", c.as_str()]))
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -78,7 +81,17 @@ impl LabChild {
                 }
             }
         });
-        Ok(LabChild { child, pid, server_port: server.port() })
+        let go = child.stdin.take();
+        Ok(LabChild { child, go, pid, server_port: server.port() })
+    }
+
+    /// Tells the lab that the probes are attached: its uploads start 1.5 s
+    /// later (a fixed delay from its ready line raced a slow start, e.g.
+    /// `--decrypt`'s, and its first requests went unseen).
+    pub fn go(&mut self) {
+        if let Some(mut w) = self.go.take() {
+            let _ = w.write_all(b"go\n");
+        }
     }
 }
 

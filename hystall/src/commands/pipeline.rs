@@ -65,7 +65,7 @@ impl Pipeline {
             super::others::check(enforce.enforce && !enforce.dry_run)?.into_iter().collect();
         let cgroups = crate::sources::cgroup::resolve(&sel.cgroups, &sel.units)?;
         // --lab: the lab's process is the one to watch, its QUIC port the server port.
-        let lab = if lab.lab { Some(LabChild::start(lab, lab_echo)?) } else { None };
+        let mut lab = if lab.lab { Some(LabChild::start(lab, lab_echo)?) } else { None };
         let mut sel = sel.clone();
         if let Some(l) = &lab {
             sel.pids.push(l.pid);
@@ -78,6 +78,9 @@ impl Pipeline {
         let decrypt = sel.decrypt.then(|| DecryptOptions { keylog_out: sel.keylog_out.clone() });
         let mut live =
             Live::start(mode.clone(), quic, decrypt.as_ref(), mono_now()).context("starting the kernel probes")?;
+        if let Some(l) = lab.as_mut() {
+            l.go();
+        }
         if mode.filters() && live.pids.is_empty() {
             warnings.push(
                 "no process matches the selection yet: watching for one (a process started later is picked up within a second)"

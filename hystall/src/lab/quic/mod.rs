@@ -81,6 +81,8 @@ pub struct QuicLabConfig {
     /// Wait this long after the ready line before the uploads start (so that a
     /// watcher started by the ready line sees the bulk, then its stop).
     pub delay: Duration,
+    /// Wait for a line on stdin after the ready line (`--wait-go`).
+    pub wait_go: bool,
     /// More clients, each its own QUIC connection with its own work.
     pub clients: Vec<clients::ClientSpec>,
 }
@@ -97,6 +99,7 @@ impl Default for QuicLabConfig {
             probe_timeout: Duration::from_secs(2),
             chunk: 64 * 1024,
             delay: Duration::ZERO,
+            wait_go: false,
             clients: Vec::new(),
         }
     }
@@ -235,6 +238,7 @@ fn config_from_args(args: &LabArgs) -> anyhow::Result<QuicLabConfig> {
         probe_every: secs(args.probe_every, "--probe-every")?,
         probe_timeout: secs(args.probe_timeout, "--probe-timeout")?,
         delay: secs(args.delay, "--delay")?,
+        wait_go: args.wait_go,
         clients: args.clients.clone(),
         ..QuicLabConfig::default()
     })
@@ -285,6 +289,14 @@ pub async fn run_lab_until(
         probe_timeout: cfg.probe_timeout.as_secs_f64(),
     }));
 
+    if cfg.wait_go {
+        // The monitor's word that its probes are attached (end of input: it
+        // is gone, and so will we be: its death signal).
+        tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
+            .await
+            .context("waiting for the go line")?
+            .context("reading the go line")?;
+    }
     let (client_probes_tx, mut client_probes) = mpsc::unbounded_channel();
     let shared = clients::Shared {
         server: connect_addr(proxy.addr()),

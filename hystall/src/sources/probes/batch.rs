@@ -103,3 +103,71 @@ pub fn for_each<K: Pod + Default, V: Pod + Default>(map: &Map, mut f: impl FnMut
         first = false;
     }
 }
+
+/// `BPF_MAP_UPDATE_BATCH` from `enum bpf_cmd`.
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+
+/// The fd of an array map.
+fn array_fd(map: &Map) -> io::Result<i32> {
+    match map {
+        Map::Array(d) => Ok(d.fd().as_fd().as_raw_fd()),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidInput, "not an array")),
+    }
+}
+
+/// Writes `values` into slots 0..len of an array map, in one call.
+pub fn set_array<V: Pod>(map: &Map, values: &[V]) -> io::Result<()> {
+    let fd = array_fd(map)?;
+    let keys: Vec<u32> = (0..values.len() as u32).collect();
+    let mut attr = BatchAttr {
+        keys: keys.as_ptr() as u64,
+        values: values.as_ptr() as u64,
+        count: values.len() as u32,
+        map_fd: fd as u32,
+        ..Default::default()
+    };
+    // SAFETY: `count` keys (u32 slots) and values of the map's value type,
+    // both alive for the call; the kernel only reads them.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_BATCH, &raw mut attr, size_of::<BatchAttr>() as libc::c_uint)
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if attr.count as usize != values.len() {
+        return Err(io::Error::other(format!("{} of {} slots written", attr.count, values.len())));
+    }
+    Ok(())
+}
+
+/// Reads slots 0..n of an array map, in one call.
+pub fn get_array<V: Pod + Default>(map: &Map, n: usize) -> io::Result<Vec<V>> {
+    let fd = array_fd(map)?;
+    let mut keys = vec![0u32; n];
+    let mut values = vec![V::default(); n];
+    let mut token_out = 0u32;
+    let mut attr = BatchAttr {
+        out_batch: &raw mut token_out as u64,
+        keys: keys.as_mut_ptr() as u64,
+        values: values.as_mut_ptr() as u64,
+        count: n as u32,
+        map_fd: fd as u32,
+        ..Default::default()
+    };
+    // SAFETY: buffers of `count` keys and values of the map's sizes and the
+    // position token, all alive for the call.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &raw mut attr, size_of::<BatchAttr>() as libc::c_uint)
+    };
+    // ENOENT: the walk reached the array's end with what was asked.
+    if ret < 0
+        && let err = io::Error::last_os_error()
+        && err.raw_os_error() != Some(libc::ENOENT)
+    {
+        return Err(err);
+    }
+    if attr.count as usize != n || keys.iter().enumerate().any(|(i, k)| *k as usize != i) {
+        return Err(io::Error::other(format!("{} of {n} slots read", attr.count)));
+    }
+    Ok(values)
+}

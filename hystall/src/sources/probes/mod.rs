@@ -108,6 +108,9 @@ pub struct Probes {
     ebpf: Ebpf,
     qdiscs: tc::QdiscGuard,
     tc_loaded: bool,
+    /// `flow_copy` loaded and working (`moved.rs`): moved flows are read in
+    /// batches, else one look-up each.
+    flow_copy: bool,
     /// Ports marked in the PORTS array.
     ports: HashSet<u16>,
     pub status: Vec<ProbeStatus>,
@@ -172,7 +175,14 @@ impl Probes {
             let why = status.iter().filter_map(|s| s.note.clone()).next().unwrap_or_default();
             return Err(ProbeError::Load(format!("no program could attach: {why}")));
         }
-        Ok(Probes { ebpf, qdiscs: tc::QdiscGuard::default(), tc_loaded: false, ports: HashSet::new(), status })
+        Ok(Probes {
+            ebpf,
+            qdiscs: tc::QdiscGuard::default(),
+            tc_loaded: false,
+            flow_copy: false,
+            ports: HashSet::new(),
+            status,
+        })
     }
 
     /// Attaches the QUIC flow classifier to `ifaces` and watches `ports`.
@@ -181,6 +191,11 @@ impl Probes {
         if !self.tc_loaded {
             tc::load(&mut self.ebpf).map_err(ProbeError::Load)?;
             self.tc_loaded = true;
+            // Not needed to count: without it, flows are read one at a time.
+            match tc::load_one(&mut self.ebpf, moved::COPY_PROG) {
+                Ok(()) => self.flow_copy = true,
+                Err(e) => tracing::warn!("flow reads: {e}; reading one flow at a time"),
+            }
         }
         let st = tc::attach(&mut self.ebpf, ifaces, &mut self.qdiscs);
         self.status.extend(st.iter().cloned());

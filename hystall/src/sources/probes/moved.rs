@@ -14,9 +14,13 @@
 use foldhash::HashSet;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, RingBuf};
-use hystall_common::{FlowKey, FlowStats};
+use aya::programs::{ProgramError, SchedClassifier, TestRun as _, TestRunOptions};
+use hystall_common::{COPY_BATCH, FlowKey, FlowStats};
 
 use super::{ProbeError, Probes};
+
+/// The classifier that copies named flows (`hystall-ebpf` `flow_copy.rs`).
+pub const COPY_PROG: &str = "flow_copy";
 
 /// The ring of names and the epoch they are for.
 pub struct Moved {
@@ -46,18 +50,65 @@ impl Probes {
         a.set(0, epoch, 0).map_err(|e| ProbeError::Map("FLOW_EPOCH", e.to_string()))
     }
 
-    /// The entries of `keys` (one look-up each).
-    pub fn lookup_flows(&self, keys: impl IntoIterator<Item = FlowKey>) -> Looked {
+    /// The entries of `keys`: copied in the kernel `COPY_BATCH` at a time
+    /// (`flow_copy`), else one look-up syscall each.
+    pub fn lookup_flows(&mut self, keys: impl IntoIterator<Item = FlowKey>) -> Looked {
+        let keys: Vec<FlowKey> = keys.into_iter().collect();
         let mut out = Looked::default();
+        let mut done = 0;
+        if self.flow_copy {
+            for chunk in keys.chunks(COPY_BATCH as usize) {
+                match self.copy_flows(chunk) {
+                    Ok(copies) => {
+                        for (k, st) in chunk.iter().zip(copies) {
+                            // `ifindex` 0: not in the map (`flow_copy`).
+                            if st.ifindex != 0 {
+                                out.found.push((*k, st));
+                            } else {
+                                out.missing.push(*k);
+                            }
+                        }
+                        done += chunk.len();
+                    }
+                    Err(e) => {
+                        tracing::warn!("flow reads: the in-kernel copy failed ({e}); reading one flow at a time");
+                        self.flow_copy = false;
+                        break;
+                    }
+                }
+            }
+        }
         let Some(map) = self.ebpf.map("FLOWS") else { return out };
         let Ok(m) = BpfHashMap::<_, FlowKey, FlowStats>::try_from(map) else { return out };
-        for k in keys {
-            match m.get(&k, 0) {
-                Ok(st) => out.found.push((k, st)),
-                Err(_) => out.missing.push(k),
+        for k in &keys[done..] {
+            match m.get(k, 0) {
+                Ok(st) => out.found.push((*k, st)),
+                Err(_) => out.missing.push(*k),
             }
         }
         out
+    }
+
+    /// One run of `flow_copy` over `keys` (at most `COPY_BATCH`).
+    fn copy_flows(&self, keys: &[FlowKey]) -> Result<Vec<FlowStats>, String> {
+        let map = |name| self.ebpf.map(name).ok_or_else(|| format!("{name} missing"));
+        super::batch::set_array(map("COPY_KEYS")?, keys).map_err(|e| format!("COPY_KEYS: {e}"))?;
+        let prog: &SchedClassifier = self
+            .ebpf
+            .program(COPY_PROG)
+            .ok_or("flow_copy missing")?
+            .try_into()
+            .map_err(|e: ProgramError| e.to_string())?;
+        // An Ethernet header's room, then the count.
+        let mut frame = [0u8; 18];
+        frame[14..].copy_from_slice(&(keys.len() as u32).to_ne_bytes());
+        let run = prog
+            .test_run(TestRunOptions { data_in: Some(&frame), ..TestRunOptions::new() })
+            .map_err(|e| format!("run: {e}"))?;
+        if run.return_value as usize != keys.len() {
+            return Err(format!("copied {} of {}", run.return_value, keys.len()));
+        }
+        super::batch::get_array(map("COPY_OUT")?, keys.len()).map_err(|e| format!("COPY_OUT: {e}"))
     }
 }
 
@@ -76,5 +127,63 @@ impl Moved {
         self.epoch = self.epoch.wrapping_add(1).max(1);
         probes.set_flow_epoch(self.epoch)?;
         Ok(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::net::UdpSocket;
+
+    use super::*;
+    use crate::sources::probes::{ProbeConfig, tc::Iface};
+
+    /// The in-kernel copy reads what one look-up per flow reads, over more
+    /// flows than one run copies, and says which are missing.
+    #[test]
+    fn flows_copied_in_the_kernel_are_the_flows_looked_up_one_by_one() {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: needs root");
+            return;
+        }
+        let server = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let port = server.local_addr().expect("addr").port();
+        let mut probes = Probes::load(&ProbeConfig::default()).expect("probes load");
+        let lo = Iface::by_name("lo").expect("lo");
+        probes.attach_quic(&[lo], &HashSet::from([port])).expect("attach on lo");
+        assert!(probes.flow_copy, "flow_copy loads");
+        // More clients than one run copies, each with its own counts.
+        let n = COPY_BATCH as usize + 88;
+        let clients: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").expect("client")).collect();
+        for (i, c) in clients.iter().enumerate() {
+            for _ in 0..=i % 3 {
+                c.send_to(&vec![0x40; 30 + i], ("127.0.0.1", port)).expect("send");
+            }
+        }
+        let mut whole = Vec::new();
+        probes.each_flow(|k, st| {
+            if k.server_port == port {
+                whole.push((k, st));
+            }
+        });
+        assert_eq!(whole.len(), n, "one flow per client");
+        let absent = FlowKey { client_port: 1, ..whole[0].0 };
+        let keys: Vec<FlowKey> = whole.iter().map(|(k, _)| *k).chain([absent]).collect();
+
+        let copied = probes.lookup_flows(keys.iter().copied());
+        assert!(probes.flow_copy, "the copy kept working");
+        probes.flow_copy = false;
+        let one_by_one = probes.lookup_flows(keys.iter().copied());
+        assert_eq!(copied.found.len(), n);
+        assert_eq!(copied.found, one_by_one.found);
+        assert_eq!(copied.found, whole);
+        assert_eq!(copied.missing, vec![absent]);
+        assert_eq!(one_by_one.missing, vec![absent]);
+        for (i, c) in clients.iter().enumerate() {
+            let port = c.local_addr().expect("addr").port();
+            let (_, st) = copied.found.iter().find(|(k, _)| k.client_port == port).expect("its flow");
+            assert_eq!(st.dir[hystall_common::DIR_C2S].packets.iter().sum::<u64>(), i as u64 % 3 + 1, "client {i}");
+        }
     }
 }

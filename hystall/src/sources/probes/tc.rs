@@ -122,9 +122,17 @@ const L3: [&str; 2] = ["quic_ingress_l3", "quic_egress_l3"];
 /// Loads the classifiers (once).
 pub fn load(ebpf: &mut aya::Ebpf) -> Result<(), String> {
     for prog in ETH.into_iter().chain(L3) {
-        let p: &mut SchedClassifier =
-            ebpf.program_mut(prog).ok_or("missing from the object")?.try_into().map_err(|e| format!("{e}"))?;
-        p.load().map_err(|e| format!("load {prog}: {e}"))?;
+        load_one(ebpf, prog)?;
     }
     Ok(())
+}
+
+/// Loads one classifier of the object (not attached).
+pub fn load_one(ebpf: &mut aya::Ebpf, prog: &str) -> Result<(), String> {
+    let p: &mut SchedClassifier = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("{prog} missing from the object"))?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    p.load().map_err(|e| format!("load {prog}: {e}"))
 }
