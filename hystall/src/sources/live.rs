@@ -566,6 +566,13 @@ impl Live {
                 "flow map read"
             );
             self.flows_evicted += read.gone.len() as u64;
+            // The header samples written since this tick's drain go first: a
+            // flow that began in between (a port hop's new path) must meet
+            // its first sample, which ties it to its connection by the DCID,
+            // before its counts, which alone would open a new connection.
+            if let Some(s) = self.samples.as_mut() {
+                drain_samples(s.get_mut(), &mut self.servers, out);
+            }
             out.push(Observation::FlowMoves { at: now, flows: read.moved });
             if !read.gone.is_empty() {
                 out.push(Observation::FlowsForgotten { at: now, flows: read.gone });
