@@ -32,6 +32,19 @@ struct BatchAttr {
     flags: u64,
 }
 
+/// Runs batch command `cmd` with `attr`; the kernel writes back how many
+/// entries it handled in `attr.count`, also on error.
+///
+/// # Safety
+/// Every pointer in `attr` must point at a buffer of `count` keys or values
+/// of the map's sizes (or at a position token), alive for the call.
+unsafe fn batch_call(cmd: libc::c_long, attr: &mut BatchAttr) -> io::Result<()> {
+    // SAFETY: the caller's promise on `attr`; its size is the union member's.
+    let ret =
+        unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut BatchAttr, size_of::<BatchAttr>() as libc::c_uint) };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// Every (key, value) of a hash map (plain, not per-CPU), in batches; an
 /// `Unsupported` error on kernels without the command (the caller falls back
 /// to the iterator).
@@ -75,11 +88,8 @@ pub fn for_each<K: Pod + Default, V: Pod + Default>(map: &Map, mut f: impl FnMut
         // SAFETY: the attr points at buffers of `count` keys and values of
         // the map's sizes (Pod types of the map's key and value), and at the
         // two tokens; all outlive the call.
-        let ret = unsafe {
-            libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &raw mut attr, size_of::<BatchAttr>() as libc::c_uint)
-        };
+        let err = unsafe { batch_call(BPF_MAP_LOOKUP_BATCH, &mut attr) }.err();
         let got = attr.count as usize;
-        let err = (ret < 0).then(io::Error::last_os_error);
         for (k, v) in keys[..got].iter().zip(&values[..got]) {
             f(*k, *v);
         }
@@ -128,12 +138,7 @@ pub fn set_array<V: Pod>(map: &Map, values: &[V]) -> io::Result<()> {
     };
     // SAFETY: `count` keys (u32 slots) and values of the map's value type,
     // both alive for the call; the kernel only reads them.
-    let ret = unsafe {
-        libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_BATCH, &raw mut attr, size_of::<BatchAttr>() as libc::c_uint)
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    unsafe { batch_call(BPF_MAP_UPDATE_BATCH, &mut attr) }?;
     if attr.count as usize != values.len() {
         return Err(io::Error::other(format!("{} of {} slots written", attr.count, values.len())));
     }
@@ -156,15 +161,10 @@ pub fn get_array<V: Pod + Default>(map: &Map, n: usize) -> io::Result<Vec<V>> {
     };
     // SAFETY: buffers of `count` keys and values of the map's sizes and the
     // position token, all alive for the call.
-    let ret = unsafe {
-        libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &raw mut attr, size_of::<BatchAttr>() as libc::c_uint)
-    };
-    // ENOENT: the walk reached the array's end with what was asked.
-    if ret < 0
-        && let err = io::Error::last_os_error()
-        && err.raw_os_error() != Some(libc::ENOENT)
-    {
-        return Err(err);
+    match unsafe { batch_call(BPF_MAP_LOOKUP_BATCH, &mut attr) } {
+        // ENOENT: the walk reached the array's end with what was asked.
+        Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
+        _ => {}
     }
     if attr.count as usize != n || keys.iter().enumerate().any(|(i, k)| *k as usize != i) {
         return Err(io::Error::other(format!("{} of {n} slots read", attr.count)));
