@@ -18,6 +18,7 @@ use std::time::Duration;
 use foldhash::{HashMap, HashSet};
 use serde::Serialize;
 
+use super::activity::Digest;
 use super::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample, Reply};
 use super::quic::{ConnectionId, Peek, common_prefix};
 use super::time::Mono;
@@ -172,6 +173,17 @@ impl Conn {
     /// Records the new sums (points a second apart at most; the last one is
     /// always the newest sums, or a connection that went quiet would keep an
     /// old rate), and forgets the points no rate window needs.
+    /// What a target's connect asks of it (`attribution::connect`).
+    pub fn digest(&self) -> Digest {
+        let port = self.flows.first().map_or(0, |f| f.server.port());
+        Digest {
+            id: self.id,
+            last: self.c2s.last_any(),
+            began: self.c2s.first.unwrap_or(self.first_seen).min(self.first_seen),
+            port: if self.flows.iter().all(|f| f.server.port() == port) { port } else { 0 },
+        }
+    }
+
     fn set_sums(&mut self, now: Mono, c2s: DirCounters, s2c: DirCounters) {
         let n = self.history.len();
         // The last point is provisional while it is less than a step after
@@ -257,6 +269,8 @@ pub struct ConnTable {
     framed: HashSet<u64>,
     /// Which connections the last few seconds of ticks changed.
     activity: super::activity::Activity,
+    /// The last tick's instant.
+    last_tick: Mono,
     /// No packet either way for this long: the connection is closed.
     pub idle_timeout: Duration,
 }
@@ -286,6 +300,7 @@ impl ConnTable {
             unreported: HashSet::default(),
             framed: HashSet::default(),
             activity: Default::default(),
+            last_tick: Mono::ZERO,
             idle_timeout,
         }
     }
@@ -298,18 +313,28 @@ impl ConnTable {
         self.conns.values().map(|c| &**c)
     }
 
-    /// The open connections with a client packet since `from`: from the
-    /// connections the ticks since then changed (`activity`), or from the
-    /// whole table when `from` is older than those records.
-    pub fn active_since(&self, from: Mono) -> Vec<&Conn> {
-        let fits = |c: &&Conn| c.closed.is_none() && c.c2s.last_any().is_some_and(|t| t >= from);
+    /// The open connections with a client packet since `from`, as digests:
+    /// from the digests the ticks since then took (`activity`; a
+    /// connection's newest is its state now), or from the whole table when
+    /// `from` is older than those records.
+    pub fn active_since(&self, from: Mono) -> Vec<Digest> {
+        let recent = |d: &Digest| d.last.is_some_and(|t| t >= from);
         match self.activity.since(from) {
-            Some(ids) => {
+            Some(records) => {
                 let mut seen = HashSet::default();
-                ids.filter(|id| seen.insert(*id)).filter_map(|id| self.get(id)).filter(fits).collect()
+                records.rev().filter(|d| seen.insert(d.id)).filter(|d| recent(d) && self.open(d)).copied().collect()
             }
-            None => self.iter().filter(fits).collect(),
+            None => self.iter().filter(|c| c.closed.is_none()).map(Conn::digest).filter(recent).collect(),
         }
+    }
+
+    /// Whether the connection of a digest is still open. Only the idle
+    /// look closes one, a timeout after its last packet: with a client
+    /// packet less than that before the last tick it cannot have closed,
+    /// and the connection is not read.
+    fn open(&self, d: &Digest) -> bool {
+        d.last.is_some_and(|t| self.last_tick.since(t) < self.idle_timeout)
+            || self.conns.get(&d.id).is_some_and(|c| c.closed.is_none())
     }
 
     /// The connections with decrypted-frame figures.
@@ -610,7 +635,9 @@ impl ConnTable {
             self.last_fold = now;
             self.fold_idle_paths(now);
         }
+        self.last_tick = now;
         let dirty = std::mem::take(&mut self.dirty);
+        let mut changed = Vec::with_capacity(dirty.len());
         for &id in &dirty {
             let Some(c) = self.conns.get_mut(&id) else { continue };
             let (mut c2s, mut s2c) = c.folded.as_deref().copied().unwrap_or_default();
@@ -621,8 +648,9 @@ impl ConnTable {
                 }
             }
             c.set_sums(now, c2s, s2c);
+            changed.push(c.digest());
         }
-        self.activity.record(now, dirty);
+        self.activity.record(now, changed);
         let mut out = Vec::new();
         // Report once the grouping is settled (a DCID, or obfuscation seen),
         // or after two seconds: a port hop must not look new.
@@ -1047,6 +1075,71 @@ mod tests {
             t.sweep();
         }
         assert!(closed > 20, "the run closes connections: {closed}");
+    }
+
+    /// The connections active since an instant come from the digests the
+    /// ticks took, newest first, without reading the table: the same ones,
+    /// with the same digests, as a look over the whole table, whatever
+    /// their activity, closes (an idle timeout shorter than the records)
+    /// and port hops (a connection on two server ports).
+    #[test]
+    fn active_connections_from_the_digests_are_those_a_look_over_the_whole_table_finds() {
+        let timeout = 3.0;
+        let mut t = ConnTable::new(Duration::from_secs_f64(timeout));
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let whole = |t: &ConnTable, from: Mono| -> Vec<Digest> {
+            let mut v: Vec<Digest> = t
+                .iter()
+                .filter(|c| c.closed.is_none() && c.c2s.last_any().is_some_and(|l| l >= from))
+                .map(Conn::digest)
+                .collect();
+            v.sort_unstable_by_key(|d| d.id);
+            v
+        };
+        let dcid = [7, 7, 7, 7];
+        let mut packets = vec![0u64; 40];
+        let (mut found, mut multiport, mut closed) = (0, 0, 0);
+        for step in 0..200u32 {
+            let now = f64::from(step) * 0.2;
+            for (i, n) in packets.iter_mut().enumerate() {
+                // Each flow at its own rate; half of them to a second server port.
+                if next() % (i as u64 % 9 + 2) == 0 && (i as u32) < step {
+                    *n += 1;
+                    let last = now - (next() % 150) as f64 / 1000.0;
+                    t.counters(s(now), flow(2000 + i as u16, 443 + (i % 2) as u16), bulk(*n, last));
+                }
+            }
+            // One client hops between two server ports every few seconds.
+            if step % 10 == 0 {
+                let f = flow(3000 + step as u16, 443 + (step / 10 % 2) as u16);
+                if step == 0 {
+                    t.sample(s(now), &sample(f, Dir::S2c, server_long(&dcid)));
+                }
+                t.sample(s(now), &sample(f, Dir::C2s, short(&dcid, step as u8)));
+                t.counters(s(now), f, bulk(u64::from(step) + 1, now));
+            }
+            closed += t.tick(s(now)).iter().filter(|c| matches!(c, ConnChange::Closed(_))).count();
+            for back in 0..30u32 {
+                let from = s((now - f64::from(back) * 0.25).max(0.0));
+                let mut got = t.active_since(from);
+                got.sort_unstable_by_key(|d| d.id);
+                let want = whole(&t, from);
+                assert_eq!(got, want, "at {now} s, since {from:?}");
+                found += got.len();
+                multiport += got.iter().filter(|d| d.port == 0).count();
+            }
+            t.sweep();
+        }
+        assert!(
+            found > 10_000 && multiport > 0 && closed > 20,
+            "{found} found, {multiport} on two ports, {closed} closed"
+        );
     }
 
     #[test]

@@ -7,7 +7,8 @@
 use std::cmp::Reverse;
 use std::time::Duration;
 
-use crate::core::conns::{Conn, ConnTable};
+use crate::core::activity::Digest;
+use crate::core::conns::ConnTable;
 use crate::core::time::Mono;
 
 /// What a connect asks of an active connection, copied out of it once per
@@ -28,20 +29,13 @@ pub struct Active {
 
 /// The open connections with a client packet since `from`, the most recently
 /// active first: what the connects of one poll are matched against (built
-/// and sorted once per poll, from the connections that changed since, not
+/// and sorted once per poll, from the digests of the ticks since then, not
 /// the whole table; each connect then reads only the front of it).
-pub fn recent(conns: &ConnTable, from: Mono, owner_of: &dyn Fn(&Conn) -> Option<u32>) -> Vec<Active> {
+pub fn recent(conns: &ConnTable, from: Mono, owner_of: &dyn Fn(&Digest) -> Option<u32>) -> Vec<Active> {
     let mut out: Vec<Active> = conns
         .active_since(from)
         .into_iter()
-        .filter_map(|c| {
-            Some(Active {
-                id: c.id,
-                last: c.c2s.last_any()?,
-                began: c.c2s.first.unwrap_or(c.first_seen).min(c.first_seen),
-                owner: owner_of(c),
-            })
-        })
+        .filter_map(|d| Some(Active { id: d.id, last: d.last?, began: d.began, owner: owner_of(&d) }))
         .collect();
     out.sort_unstable_by_key(|a| Reverse((a.last, a.id)));
     out

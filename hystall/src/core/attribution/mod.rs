@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::activity::Digest;
 use super::conns::{Conn, ConnTable};
 use super::flows::{FlowId, Reply};
 use super::observation::ByteMark;
@@ -470,7 +471,10 @@ impl Attribution {
             let pending = |t: &Target| t.at_connect.is_none() && t.connect.is_some_and(|at| at <= poll);
             let earliest = self.targets.values().filter(|t| pending(t)).filter_map(|t| t.connect).min();
             let recent = match earliest {
-                Some(at) => connect::recent(conns, Mono(at.0.saturating_sub(window.as_nanos() as u64)), &owner_of),
+                Some(at) => {
+                    let owner = |d: &Digest| digest_owner(d, conns, owners, sole);
+                    connect::recent(conns, Mono(at.0.saturating_sub(window.as_nanos() as u64)), &owner)
+                }
                 None => Vec::new(),
             };
             for (cookie, t) in self.targets.iter_mut().filter(|(_, t)| pending(t)) {
@@ -732,6 +736,16 @@ pub fn sole_owner(owners: &HashMap<u16, u32>) -> Option<u32> {
     let mut pids = owners.values().copied();
     let first = pids.next()?;
     pids.all(|p| p == first).then_some(first)
+}
+
+/// `owner_or` from a connection's digest: its connection is read only when
+/// its paths have more than one server port (a client hopping ports).
+fn digest_owner(d: &Digest, conns: &ConnTable, owners: &HashMap<u16, u32>, sole: Option<u32>) -> Option<u32> {
+    match (sole, d.port) {
+        (Some(_), _) => sole,
+        (None, 0) => conns.get(d.id).and_then(|c| owner_or(c, owners, None)),
+        (None, port) => owners.get(&port).copied(),
+    }
 }
 
 /// `owner` with the sole owner already known.
