@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::watch::emit;
+use super::watch::{emit, emit_all};
 use crate::cli::Selection;
 use crate::core::event::{Event, Stamped, StartInfo};
 use crate::core::time::WallClock;
@@ -86,10 +86,8 @@ pub fn watch(path: &Path, keylog: Option<&Path>, sel: &Selection, json: bool) ->
         return Ok(());
     }
     while let Some(at) = player.next_at() {
-        for e in player.advance_to(at) {
-            if emit(&mut out, &e)? {
-                return Ok(());
-            }
+        if emit_all(&mut out, &player.advance_to(at))? {
+            return Ok(());
         }
     }
     for w in (t.warnings)() {

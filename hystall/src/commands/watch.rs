@@ -61,10 +61,8 @@ pub async fn run_live(args: WatchArgs, record: Option<RecordTo<'_>>) -> Result<(
                 if let Some(m) = metrics.as_mut() {
                     m.update(&p, &events);
                 }
-                for e in events {
-                    if emit(&mut out, &e)? {
-                        return finish(&mut p, &record);
-                    }
+                if emit_all(&mut out, &events)? {
+                    return finish(&mut p, &record);
                 }
             }
         }
@@ -82,7 +80,12 @@ fn finish(p: &mut Pipeline, record: &Option<RecordTo<'_>>) -> Result<()> {
 
 /// Writes an event; returns true when stdout is gone (a closed pipe ends the run quietly).
 pub(super) fn emit<W: std::io::Write>(out: &mut Lines<W>, e: &Stamped) -> Result<bool> {
-    match out.emit(e) {
+    emit_all(out, std::slice::from_ref(e))
+}
+
+/// Writes a tick's events, as [`emit`].
+pub(super) fn emit_all<W: std::io::Write>(out: &mut Lines<W>, events: &[Stamped]) -> Result<bool> {
+    match out.emit_all(events) {
         Ok(()) => Ok(false),
         Err(err) if err.kind() == ErrorKind::BrokenPipe => Ok(true),
         Err(err) => Err(err).context("writing to stdout"),
