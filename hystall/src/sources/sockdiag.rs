@@ -235,3 +235,29 @@ fn to_sample(r: &InetResponse) -> DiagSample {
     }
     d
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::UdpSocket;
+
+    use super::*;
+
+    /// The dump finds the unconnected sockets of both families, and only those
+    /// (one dump per family: the kernel has no inet_diag handler for AF_UNSPEC).
+    #[test]
+    fn the_udp_dump_holds_both_families_unconnected_sockets_and_no_connected_one() {
+        let v4 = UdpSocket::bind("127.0.0.1:0").expect("bind v4");
+        let v6 = UdpSocket::bind("[::1]:0").ok();
+        let connected = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        connected.connect(v4.local_addr().unwrap()).expect("connect");
+        let mut diag = SockDiag::open().expect("sock_diag");
+        let mut found: Vec<(u8, u16)> = Vec::new();
+        diag.each_unconnected_udp(|h| found.push((h.family, h.socket_id.source_port))).expect("dump");
+        assert!(found.contains(&(AF_INET, v4.local_addr().unwrap().port())), "{found:?}");
+        match &v6 {
+            Some(s) => assert!(found.contains(&(AF_INET6, s.local_addr().unwrap().port())), "{found:?}"),
+            None => println!("no IPv6 on lo: the IPv6 half not checked"),
+        }
+        assert!(!found.iter().any(|&(_, p)| p == connected.local_addr().unwrap().port()), "{found:?}");
+    }
+}
