@@ -170,9 +170,6 @@ impl Conn {
         rates(old, &Point::of(now, &self.c2s, &self.s2c), secs)
     }
 
-    /// Records the new sums (points a second apart at most; the last one is
-    /// always the newest sums, or a connection that went quiet would keep an
-    /// old rate), and forgets the points no rate window needs.
     /// What a target's connect asks of it (`attribution::connect`).
     pub fn digest(&self) -> Digest {
         let port = self.flows.first().map_or(0, |f| f.server.port());
@@ -184,6 +181,9 @@ impl Conn {
         }
     }
 
+    /// Records the new sums (points a second apart at most; the last one is
+    /// always the newest sums, or a connection that went quiet would keep an
+    /// old rate), and forgets the points no rate window needs.
     fn set_sums(&mut self, now: Mono, c2s: DirCounters, s2c: DirCounters) {
         let n = self.history.len();
         // The last point is provisional while it is less than a step after
