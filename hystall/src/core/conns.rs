@@ -806,6 +806,16 @@ mod tests {
         HeaderSample { flow, dir, payload_len: bytes.len() as u32, segs: 1, bytes: bytes.into() }
     }
 
+    /// A repeatable pseudo-random sequence (xorshift64) for the randomized tests.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     /// Counters of `packets` full-size client packets of 1,000 bytes, the last at `at`.
     fn bulk(packets: u64, at: f64) -> FlowCounters {
         let mut c = FlowCounters::default();
@@ -1026,13 +1036,7 @@ mod tests {
     fn idle_connections_close_when_a_look_over_the_whole_table_would_close_them() {
         let timeout = 5.0;
         let mut t = ConnTable::new(Duration::from_secs_f64(timeout));
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         // Flow i: packets so far and its last packet; None once closed.
         let mut flows: Vec<Option<(u64, f64)>> = vec![None; 60];
         let mut closed = 0;
@@ -1041,7 +1045,7 @@ mod tests {
             for (i, f) in flows.iter_mut().enumerate() {
                 // Flows start staggered; each is active at its own rate.
                 let starts = i as u32 / 2 == sec;
-                let active = f.is_some() && next() % (i as u64 % 7 + 2) == 0;
+                let active = f.is_some() && next().is_multiple_of(i as u64 % 7 + 2);
                 if starts || active {
                     let (n, _) = f.unwrap_or((0, 0.0));
                     let last = now - (next() % 900) as f64 / 1000.0;
@@ -1086,13 +1090,7 @@ mod tests {
     fn active_connections_from_the_digests_are_those_a_look_over_the_whole_table_finds() {
         let timeout = 3.0;
         let mut t = ConnTable::new(Duration::from_secs_f64(timeout));
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         let whole = |t: &ConnTable, from: Mono| -> Vec<Digest> {
             let mut v: Vec<Digest> = t
                 .iter()
@@ -1109,7 +1107,7 @@ mod tests {
             let now = f64::from(step) * 0.2;
             for (i, n) in packets.iter_mut().enumerate() {
                 // Each flow at its own rate; half of them to a second server port.
-                if next() % (i as u64 % 9 + 2) == 0 && (i as u32) < step {
+                if next().is_multiple_of(i as u64 % 9 + 2) && (i as u32) < step {
                     *n += 1;
                     let last = now - (next() % 150) as f64 / 1000.0;
                     t.counters(s(now), flow(2000 + i as u16, 443 + (i % 2) as u16), bulk(*n, last));
