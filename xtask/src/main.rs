@@ -13,6 +13,7 @@ mod service;
 mod setup;
 mod sh;
 mod test;
+mod vm;
 
 use clap::{Parser, Subcommand};
 
@@ -69,6 +70,10 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
+    /// The kernel matrix: boot Debian's kernels (5.10, 6.1, 6.1-rt, 6.12) under qemu
+    /// with the host's root read-only over 9p, run the check set as root inside, and
+    /// run it on this host as the control; one line per check, then a table.
+    Vm(vm::Args),
     /// Set up, build, install the binary to /usr/local/bin/hystall and the systemd unit
     /// (hystall.service, /etc/default/hystall, user hystall); sudo when not root.
     Install,
@@ -87,6 +92,7 @@ fn main() {
         Task::Clippy => clippy::clippy(),
         Task::Fmt { check } => fmt::fmt(check),
         Task::Install => install::install(),
+        Task::Vm(args) => vm::vm(&args),
     };
     if let Err(e) = result {
         // The failing step has printed its own output: one line says why we stop.
