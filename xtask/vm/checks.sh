@@ -5,13 +5,16 @@
 # .secs, and xtask judges them (xtask/src/vm/checks.rs).
 #
 # Checks that cannot disturb each other run at the same time, in three waves,
-# to keep a TCG guest (no KVM here) at about a minute and a half: the stall
-# detections (whose latency is measured) are not run next to the fast lab,
-# which keeps the CPUs busy.
+# to keep a TCG guest (no KVM here) at about two minutes. The fast lab keeps
+# the CPUs busy: it does not run next to the stall detections, whose latency
+# is measured, nor next to the slow lab, whose target (16 KiB every 100 ms)
+# must keep moving on a starved guest CPU.
 #
-# Every watch runs until SECS after its own `watch_started` line, then gets
-# SIGINT: under TCG attaching the probes takes seconds, which a fixed
-# --duration would eat into.
+# Every watch runs until what its check waits for has shown (then one second
+# more), or at most MAX seconds after its own `watch_started` line, then gets
+# SIGINT: under TCG attaching the probes takes from 10 to 35 s, and the
+# lab's sockets fill slowly, so a fixed --duration would either cut a slow
+# kernel short or make every run wait for the slowest.
 set -u
 O=$1
 export O H=${HYSTALL:?HYSTALL names the binary under test} SB=${HYSTALL_SING_BOX:-}
@@ -21,28 +24,55 @@ secs_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f\n", b - a }'; }
 # wait_line PATTERN FILE SECS: true once FILE has a line matching PATTERN.
 wait_line() {
   local i
-  for ((i = 0; i < $3 * 5; i++)); do
+  for ((i = 0; i < $3 * 2; i++)); do
     grep -q "$1" "$2" 2>/dev/null && return 0
-    sleep 0.2
+    sleep 0.5
   done
   return 1
 }
 
-# watch_for NAME SECS WATCH_ARGS...: hystall watch --json into c-NAME.out,
-# stopped SECS after it started; its exit code into c-NAME.rc.
+# What the checks wait for (extended regexps on the JSON lines).
+STARVED='"event":"quic_starved".*"confidence":"(likely|confirmed)"'
+RECOVERED='"event":"quic_recovered"'
+STALLED='"event":"socket_stalled"'
+
+# watch_for NAME MAX [PATTERN COUNT]... -- WATCH_ARGS...: hystall watch
+# --json into c-NAME.out until, for each pair, COUNT lines match PATTERN, or
+# MAX seconds after it started; its exit code into c-NAME.rc.
 watch_for() {
-  local name=$1 secs=$2 t0; shift 2
+  local name=$1 max=$2 t0 i; shift 2
+  local -a want=()
+  while [[ $1 != -- ]]; do want+=("$1" "$2"); shift 2; done
+  shift
   t0=$(now)
   "$H" watch --json "$@" > "$O/c-$name.out" 2> "$O/c-$name.err" < /dev/null &
   local w=$!
-  if wait_line '"watch_started"' "$O/c-$name.out" 90; then
+  if wait_line '"watch_started"' "$O/c-$name.out" 120; then
     echo "watch_started after $(secs_since "$t0") s" >> "$O/c-$name.err"
-    sleep "$secs"
+    for ((i = 0; i < max * 2; i++)); do
+      if seen_all "$O/c-$name.out" "${want[@]}"; then
+        sleep 1
+        break
+      fi
+      kill -0 $w 2>/dev/null || break
+      sleep 0.5
+    done
   fi
   kill -INT $w 2>/dev/null
   wait $w
   echo $? > "$O/c-$name.rc"
   secs_since "$t0" > "$O/c-$name.secs"
+}
+
+# seen_all FILE [PATTERN COUNT]...: each PATTERN matches COUNT lines of FILE
+# (no pair: never, for the checks that must see nothing).
+seen_all() {
+  local f=$1; shift
+  (( $# )) || return 1
+  while (( $# )); do
+    (( $(grep -cE "$1" "$f") >= $2 )) || return 1
+    shift 2
+  done
 }
 
 # plain NAME COMMAND: one command, output into c-NAME.*.
@@ -60,11 +90,11 @@ plain() {
 # waits for a go file and then execs the lab (exec keeps the pid).
 tcp_check() {
   rm -f "$O/tcp.go"
-  ( while [ ! -e "$O/tcp.go" ]; do sleep 0.1; done
+  ( while [ ! -e "$O/tcp.go" ]; do sleep 0.3; done
     exec "$H" lab tcp --stall 2 --stall-blocking 2 --duration 60 ) > "$O/c-tcp.lab" 2>&1 < /dev/null &
   local lab=$!
   ( wait_line '"watch_started"' "$O/c-tcp.out" 90 && touch "$O/tcp.go" ) &
-  watch_for tcp 16 --pid $lab --stall-timeout 3
+  watch_for tcp 30 "$STALLED" 4 -- --pid $lab --stall-timeout 3
   touch "$O/tcp.go"
   kill $lab 2>/dev/null
   wait
@@ -80,38 +110,31 @@ singbox_check() {
     return
   fi
   local port=$((30000 + RANDOM % 20000))
-  rm -f "$O/singbox.go"
-  ( wait_line '"watch_started"' "$O/c-singbox.out" 90 \
-      && python3 "$O/singbox.py" --sing-box "$SB" --port $port --secs 18 --dir "$O/singbox" > "$O/c-singbox.driver" 2>&1
-    touch "$O/singbox.go" ) &
-  local t0 w; t0=$(now)
-  "$H" watch --json --comm sing-box --port $port --stall-timeout 3 > "$O/c-singbox.out" 2> "$O/c-singbox.err" < /dev/null &
-  w=$!
-  while [ ! -e "$O/singbox.go" ]; do sleep 0.2; done
-  kill -INT $w 2>/dev/null
-  wait $w
-  echo $? > "$O/c-singbox.rc"
-  secs_since "$t0" > "$O/c-singbox.secs"
+  ( wait_line '"watch_started"' "$O/c-singbox.out" 120 \
+      && python3 "$O/singbox.py" --sing-box "$SB" --port $port --secs 120 --stop-file "$O/singbox.stop" \
+           --dir "$O/singbox" > "$O/c-singbox.driver" 2>&1 ) &
+  watch_for singbox 60 "$STALLED" 4 "$STARVED" 1 -- --comm sing-box --port $port --stall-timeout 3
+  touch "$O/singbox.stop"
   wait
 }
 
 wave() { echo "HV-WAVE $* at $(cut -d' ' -f1 /proc/uptime)"; }
 
-wave 1 version doctor
+wave 1 version doctor slow
 plain version '"$H" --version' &
 plain doctor '"$H" doctor' &
 plain doctor-json '"$H" doctor --json' &
+watch_for slow 15 -- --lab --lab-uploads 4 --lab-target slow --stall-timeout 3 &
 wait
 
 wave 2 stall enforce tcp
-watch_for stall 20 --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 &
-watch_for enforce 20 --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 --enforce &
+watch_for stall 45 "$STALLED" 4 "$STARVED" 1 -- --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 &
+watch_for enforce 45 "$RECOVERED" 1 -- --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 --enforce &
 tcp_check &
 wait
 
-wave 3 fast slow singbox
-watch_for fast 12 --lab --lab-uploads 4 --lab-target fast --stall-timeout 3 &
-watch_for slow 12 --lab --lab-uploads 4 --lab-target slow --stall-timeout 3 &
+wave 3 fast singbox
+watch_for fast 12 -- --lab --lab-uploads 4 --lab-target fast --stall-timeout 3 &
 singbox_check &
 wait
 wave done

@@ -60,7 +60,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sing-box", required=True)
     ap.add_argument("--port", type=int, required=True, help="the server's UDP port")
-    ap.add_argument("--secs", type=float, default=18, help="seconds of uploads")
+    ap.add_argument("--secs", type=float, default=18, help="seconds of uploads at most")
+    ap.add_argument("--stop-file", help="stop the uploads as soon as this file exists")
     ap.add_argument("--uploads", type=int, default=4)
     ap.add_argument("--dir", required=True)
     a = ap.parse_args()
@@ -118,7 +119,9 @@ def main():
                 pass
         for i, s in enumerate(conns):
             threading.Thread(target=upload, args=(i, s), daemon=True).start()
-        time.sleep(a.secs)
+        end = time.time() + a.secs
+        while time.time() < end and not (a.stop_file and os.path.exists(a.stop_file)):
+            time.sleep(0.2)
         say(event="singbox_done", written=written, target_accepted=len(held),
             server_alive=server.poll() is None, client_alive=client.poll() is None)
         return 0

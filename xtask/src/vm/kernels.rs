@@ -175,7 +175,8 @@ fn only_entry(dir: &Path) -> anyhow::Result<String> {
 /// `dpkg-deb -x` into a temporary folder renamed into place, so that an
 /// interrupted unpack is never taken for a complete one.
 fn unpack(deb: &Path, root: &Path) -> anyhow::Result<()> {
-    let tmp = root.with_extension("partial");
+    // Not with_extension: package names have dots (6.12.118+deb12).
+    let tmp = PathBuf::from(format!("{}.partial", root.display()));
     let _ = std::fs::remove_dir_all(&tmp);
     sh::run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&tmp))?;
     std::fs::rename(&tmp, root).with_context(|| format!("renaming {} into place", tmp.display()))?;
