@@ -8,6 +8,13 @@
 //! counted as failed once); a second failure fails the run. Unit tests and
 //! more than `MAX_RETRIED` failures are never retried.
 //!
+//! Then the kernel matrix (`cargo xtask vm`, every kernel, the release binary
+//! the tests built): its checks count in the closing summary and a failed one
+//! fails the run. It runs when no test filter is given (CI runs it);
+//! HYSTALL_VM=0 skips it, HYSTALL_VM=1 runs it even with a filter. In CI a
+//! matrix that cannot run (no root, no qemu) fails the run; elsewhere it says
+//! so in one line and is counted as skipped.
+//!
 //! Release, so the eBPF object built by hystall's build.rs is shared with `build`
 //! and `run`. Tests that need root skip themselves (printing "skipped: needs root")
 //! when not root. The test output is passed through while the `test result:` lines
@@ -216,6 +223,10 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
             }
         }
     }
+    let vm = kernel_matrix(args, &mut totals, &mut digest);
+    let secs = started.elapsed().as_secs();
+    let tests_passed = passed;
+    let passed = passed && vm;
     let verdict = if passed { "ok" } else { "FAILED" };
     println!(
         "xtask test: {verdict}: {} suites in {secs}s (ignored tests are counted as skipped; \
@@ -229,9 +240,49 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     println!("summary: {} passed, {} failed, {} skipped", totals.passed, totals.failed, totals.ignored);
     if !passed {
         // The summary line above is the last word; just exit like cargo test did.
-        std::process::exit(status.code().unwrap_or(101));
+        let code = if tests_passed { 1 } else { status.code().unwrap_or(101) };
+        std::process::exit(code);
     }
     Ok(())
+}
+
+/// The kernel matrix after the tests, its checks added to `totals`; false
+/// when it failed (a check, or, in CI, not being able to run at all).
+fn kernel_matrix(args: &[String], totals: &mut Totals, digest: &mut Digest) -> bool {
+    let wanted = match std::env::var("HYSTALL_VM").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        // A filtered run is someone after a few tests, not the matrix.
+        _ => args.is_empty(),
+    };
+    if !wanted {
+        return true;
+    }
+    println!();
+    println!("xtask test: the kernel matrix (cargo xtask vm; HYSTALL_VM=0 skips it)");
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    match crate::vm::matrix(&crate::vm::Args::default()) {
+        Ok(o) => {
+            totals.passed += o.passed;
+            totals.failed += o.failed;
+            for line in o.failures {
+                if digest.lines.len() < Digest::MAX_LINES {
+                    digest.lines.push(line);
+                }
+            }
+            o.failed == 0
+        }
+        Err(e) if ci => {
+            println!("xtask test: the kernel matrix cannot run: {e:#}");
+            totals.failed += 1;
+            false
+        }
+        Err(e) => {
+            println!("xtask test: kernel matrix skipped: {e:#}");
+            totals.ignored += 1;
+            true
+        }
+    }
 }
 
 #[cfg(test)]

@@ -79,7 +79,8 @@ impl Reader<'_> {
 
     fn watch(&self, name: &str) -> Option<Watch> {
         self.rc(name)?;
-        let events = self.read(name, "out").unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let events =
+            self.read(name, "out").unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
         Some(Watch { events, stderr: self.read(name, "err").unwrap_or_default() })
     }
 }
@@ -121,7 +122,9 @@ impl Watch {
 
     /// The pids watch_started selected (the lab child for `--lab`).
     fn pids(&self) -> BTreeSet<i64> {
-        self.started().and_then(|s| s["pids"].as_array()).map_or_else(BTreeSet::new, |a| a.iter().filter_map(Value::as_i64).collect())
+        self.started()
+            .and_then(|s| s["pids"].as_array())
+            .map_or_else(BTreeSet::new, |a| a.iter().filter_map(Value::as_i64).collect())
     }
 
     /// Attached socket programs (not the TC classifiers), and the missing
@@ -164,7 +167,9 @@ impl Watch {
         if !missing.is_empty() {
             s.push_str(&format!("; not attached: {}", missing.join("; ")));
         }
-        if let Some(err) = self.stderr.lines().rev().find(|l| !l.trim().is_empty() && !l.starts_with("watch_started after")) {
+        if let Some(err) =
+            self.stderr.lines().rev().find(|l| !l.trim().is_empty() && !l.starts_with("watch_started after"))
+        {
             s.push_str(&format!("; stderr: {}", short(err.trim(), 160)));
         }
         s
@@ -209,7 +214,8 @@ fn parse_ts(s: &str) -> Option<i64> {
 
 fn tc_mode(doctor_json: Option<&str>) -> String {
     let Some(list) = doctor_json.and_then(|t| serde_json::from_str::<Value>(t).ok()) else { return "?".into() };
-    let detail = list.as_array().and_then(|a| a.iter().find(|c| c["name"] == "TC attach")).and_then(|c| c["detail"].as_str());
+    let detail =
+        list.as_array().and_then(|a| a.iter().find(|c| c["name"] == "TC attach")).and_then(|c| c["detail"].as_str());
     match detail {
         Some(d) if d.starts_with("TCX") => "TCX".into(),
         Some(d) if d.contains("clsact") => "clsact".into(),
@@ -225,7 +231,10 @@ fn version(r: &Reader) -> Check {
     if rc == 0 && line.starts_with("hystall ") {
         pass("version", line)
     } else {
-        fail("version", format!("exit {rc}: {} {}", line, short(r.read("version", "err").unwrap_or_default().trim(), 200)))
+        fail(
+            "version",
+            format!("exit {rc}: {} {}", line, short(r.read("version", "err").unwrap_or_default().trim(), 200)),
+        )
     }
 }
 
@@ -243,7 +252,11 @@ fn doctor(r: &Reader, json: Option<&str>) -> Check {
         .filter(|c| c["status"] != "ok" && c["name"] != "QUIC servers")
         .map(|c| {
             let status = c["status"].as_str().unwrap_or("?").to_uppercase();
-            format!("{status} {} ({})", c["name"].as_str().unwrap_or("?"), short(c["detail"].as_str().unwrap_or(""), 70))
+            format!(
+                "{status} {} ({})",
+                c["name"].as_str().unwrap_or("?"),
+                short(c["detail"].as_str().unwrap_or(""), 70)
+            )
         })
         .collect();
     let detail = format!(
@@ -251,7 +264,11 @@ fn doctor(r: &Reader, json: Option<&str>) -> Check {
         list.len(),
         if not_ok.is_empty() { String::new() } else { format!("; {}", not_ok.join("; ")) }
     );
-    if rc == 0 && rc_json == 0 { pass("doctor", detail) } else { fail("doctor", format!("exit {rc}/{rc_json}: {detail}")) }
+    if rc == 0 && rc_json == 0 {
+        pass("doctor", detail)
+    } else {
+        fail("doctor", format!("exit {rc}/{rc_json}: {detail}"))
+    }
 }
 
 /// The lab's 4 stalled targets flagged, and its connection starved (likely or
@@ -259,11 +276,13 @@ fn doctor(r: &Reader, json: Option<&str>) -> Check {
 fn lab_stall(r: &Reader, w: Option<&Watch>, fig: &mut Figures) -> Check {
     let Some(w) = w else { return r.not_run("stall") };
     let pids = w.pids();
-    let lab: Vec<&Value> = w.named("socket_stalled").filter(|e| e["pid"].as_i64().is_some_and(|p| pids.contains(&p))).collect();
+    let lab: Vec<&Value> =
+        w.named("socket_stalled").filter(|e| e["pid"].as_i64().is_some_and(|p| pids.contains(&p))).collect();
     let cookies = w.cookies(lab.iter().copied());
     let starved = w.starved();
-    let named: BTreeSet<u64> =
-        starved.and_then(|s| s["stalled"].as_array()).map_or_else(BTreeSet::new, |a| a.iter().filter_map(Value::as_u64).collect());
+    let named: BTreeSet<u64> = starved
+        .and_then(|s| s["stalled"].as_array())
+        .map_or_else(BTreeSet::new, |a| a.iter().filter_map(Value::as_u64).collect());
     let onset = lab.iter().filter_map(|e| Some(ts_ms(e)? - e["no_progress_ms"].as_i64()?)).min();
     if let Some(s) = starved.and_then(ts_ms) {
         fig.onset_to_starved_ms = onset.map(|o| s - o);
@@ -293,7 +312,9 @@ fn lab_stall(r: &Reader, w: Option<&Watch>, fig: &mut Figures) -> Check {
                 w.seen()
             ),
         ),
-        (_, None) => fail("stall", format!("{} lab socket_stalled, no likely quic_starved; seen: {}", cookies.len(), w.seen())),
+        (_, None) => {
+            fail("stall", format!("{} lab socket_stalled, no likely quic_starved; seen: {}", cookies.len(), w.seen()))
+        }
     }
 }
 
@@ -316,7 +337,9 @@ fn lab_quiet(r: &Reader, name: &'static str) -> Check {
 fn tcp(r: &Reader) -> Check {
     let Some(w) = r.watch("tcp") else { return r.not_run("tcp") };
     let lab = r.read("tcp", "lab").unwrap_or_default();
-    let Some(ready) = lab.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|e| e["event"] == "lab_ready") else {
+    let Some(ready) =
+        lab.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|e| e["event"] == "lab_ready")
+    else {
         return fail("tcp", format!("lab tcp never got ready: {}; watch saw: {}", short(lab.trim(), 200), w.seen()));
     };
     let writers = ready["writers"].as_array().cloned().unwrap_or_default();
@@ -372,7 +395,8 @@ fn enforce(r: &Reader) -> Check {
             ),
         ),
         _ => {
-            let results: BTreeSet<String> = enforced.iter().map(|e| format!("{} {}", e["action"], e["result"])).collect();
+            let results: BTreeSet<String> =
+                enforced.iter().map(|e| format!("{} {}", e["action"], e["result"])).collect();
             fail(
                 "enforce",
                 format!(
@@ -427,5 +451,50 @@ mod tests {
         assert_eq!(parse_ts("2026-12-06T15:24:48.702Z"), Some(1_796_570_688_702));
         assert_eq!(parse_ts("2000-03-01T00:00:01.5Z"), Some(951_868_801_500));
         assert_eq!(parse_ts("garbage"), None);
+    }
+
+    fn ev(ts: &str, event: &str, extra: &str) -> String {
+        format!(r#"{{"v":1,"ts":"2026-12-06T15:00:{ts}Z","event":"{event}"{extra}}}"#)
+    }
+
+    fn write(dir: &Path, name: &str, rc: i32, lines: &[String]) {
+        std::fs::write(dir.join(format!("c-{name}.out")), lines.join("\n") + "\n").unwrap();
+        std::fs::write(dir.join(format!("c-{name}.rc")), format!("{rc}\n")).unwrap();
+        std::fs::write(dir.join(format!("c-{name}.err")), "").unwrap();
+    }
+
+    #[test]
+    fn the_stall_lab_passes_with_its_four_targets_named_and_fails_saying_what_was_missing() {
+        let dir = std::env::temp_dir().join(format!("xtask-vm-judge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let probes = r#","pids":[7],"probes":[{"name":"sock_send_length","attached":false,"note":"unknown BTF type"},{"name":"tcp_probe","attached":true},{"name":"quic_ingress@lo","attached":true}]"#;
+        let mut lines = vec![ev("00.000", "watch_started", probes)];
+        for c in 1..=4 {
+            lines.push(ev("08.000", "socket_stalled", &format!(r#","pid":7,"cookie":{c},"no_progress_ms":3000"#)));
+        }
+        lines.push(ev("09.500", "quic_starved", r#","confidence":"likely","stalled":[1,2,3,4]"#));
+        write(&dir, "stall", 0, &lines);
+        let (checks, fig) = judge(&dir, None);
+        let stall = checks.iter().find(|c| c.name == "stall").unwrap();
+        assert!(stall.pass, "{}", stall.detail);
+        assert_eq!((fig.onset_to_starved_ms, fig.start_to_starved_ms), (Some(4500), Some(9500)));
+        assert_eq!(fig.probes, "tcp_probe");
+        assert!(fig.missing[0].starts_with("sock_send_length (unknown BTF type"), "{:?}", fig.missing);
+        // Checks that left nothing say why; a broken guest is named.
+        let version = checks.iter().find(|c| c.name == "version").unwrap();
+        assert!(!version.pass && version.detail.starts_with("not run"), "{}", version.detail);
+
+        write(&dir, "stall", 0, &lines[..1]);
+        let (checks, _) = judge(&dir, Some("the guest never reached stage 2"));
+        let stall = checks.iter().find(|c| c.name == "stall").unwrap();
+        assert!(!stall.pass);
+        assert!(
+            stall.detail.contains("0 lab socket_stalled") && stall.detail.contains("not attached: sock_send_length"),
+            "{}",
+            stall.detail
+        );
+        let fast = checks.iter().find(|c| c.name == "fast").unwrap();
+        assert_eq!(fast.detail, "not run: the guest never reached stage 2");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

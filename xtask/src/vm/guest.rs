@@ -90,11 +90,7 @@ pub fn run_host(out: &Path) -> anyhow::Result<Ran> {
 
 /// Boots `kernel` under qemu and runs checks.sh inside as PID 1's child.
 pub fn run_guest(kernel: &Unpacked, out: &Path) -> anyhow::Result<Ran> {
-    let mut env = format!(
-        "HV_KVER='{}'\nHV_MODDIR='{}'\n",
-        kernel.release,
-        kernel.modules().display()
-    );
+    let mut env = format!("HV_KVER='{}'\nHV_MODDIR='{}'\n", kernel.release, kernel.modules().display());
     for (k, v) in check_env(Path::new("/run/hv-out"), out) {
         env.push_str(&format!("export {k}='{v}'\n"));
     }
@@ -122,7 +118,11 @@ pub fn run_guest(kernel: &Unpacked, out: &Path) -> anyhow::Result<Ran> {
     let broken = if !out.join("stage2-started").exists() {
         Some(format!("the guest never reached stage 2 (qemu: {}); console: {}", describe(status), console_tail(out)))
     } else if !out.join("done").exists() {
-        Some(format!("the guest stopped before the end of the checks (qemu: {}); console: {}", describe(status), console_tail(out)))
+        Some(format!(
+            "the guest stopped before the end of the checks (qemu: {}); console: {}",
+            describe(status),
+            console_tail(out)
+        ))
     } else {
         None
     };
@@ -136,8 +136,12 @@ fn describe(status: Option<std::process::ExitStatus>) -> String {
 /// The last few non-empty console lines, on one line.
 fn console_tail(out: &Path) -> String {
     let Ok(f) = File::open(out.join("console.log")) else { return "(none)".into() };
-    let lines: Vec<String> =
-        BufReader::new(f).lines().map_while(Result::ok).map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()).collect();
+    let lines: Vec<String> = BufReader::new(f)
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect();
     lines[lines.len().saturating_sub(3)..].join(" | ")
 }
 
@@ -229,7 +233,8 @@ fn build_initramfs(kernel: &Unpacked, to: &Path) -> anyhow::Result<()> {
             let dest = ir.join("mods").join(&name);
             match decompress {
                 Some(tool) => {
-                    let data = Command::new(tool).arg("-dc").arg(&path).output().with_context(|| format!("{tool} -dc"))?;
+                    let data =
+                        Command::new(tool).arg("-dc").arg(&path).output().with_context(|| format!("{tool} -dc"))?;
                     if !data.status.success() {
                         bail!("{tool} -dc {} failed", path.display());
                     }
@@ -241,11 +246,7 @@ fn build_initramfs(kernel: &Unpacked, to: &Path) -> anyhow::Result<()> {
         }
     }
     std::fs::write(ir.join("mods/order"), order.join("\n") + "\n")?;
-    let script = format!(
-        "cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
-        ir.display(),
-        to.display()
-    );
+    let script = format!("cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'", ir.display(), to.display());
     quiet(Command::new("sh").args(["-c", &script]))?;
     std::fs::remove_dir_all(&ir)?;
     Ok(())

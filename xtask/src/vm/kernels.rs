@@ -264,9 +264,9 @@ impl Apt {
     fn download(&self, package: &str) -> anyhow::Result<PathBuf> {
         let find = || -> Option<PathBuf> {
             std::fs::read_dir(&self.debs).ok()?.filter_map(Result::ok).map(|e| e.path()).find(|p| {
-                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-                    n.starts_with(&format!("{package}_")) && n.ends_with(".deb")
-                })
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".deb"))
             })
         };
         if let Some(deb) = find() {

@@ -40,6 +40,8 @@ pub struct Args {
 pub struct Outcome {
     pub passed: u64,
     pub failed: u64,
+    /// The FAIL lines, as printed.
+    pub failures: Vec<String>,
 }
 
 /// `cargo xtask vm`: fails when a check fails.
@@ -67,7 +69,12 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
         Some(dir) => dir.clone(),
         None => sh::target_dir().join("vm-logs"),
     };
-    println!("vm: {} on {} ({})", bin.display(), kernels.iter().map(|k| k.label()).collect::<Vec<_>>().join(", "), logs.display());
+    println!(
+        "vm: {} on {} ({})",
+        bin.display(),
+        kernels.iter().map(|k| k.label()).collect::<Vec<_>>().join(", "),
+        logs.display()
+    );
 
     let mut rows = Vec::new();
     for k in kernels {
@@ -86,7 +93,8 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
     report::print_tables(&rows, started.elapsed().as_secs());
     let passed = rows.iter().flat_map(|r| &r.checks).filter(|c| c.pass).count() as u64;
     let failed = rows.iter().flat_map(|r| &r.checks).filter(|c| !c.pass).count() as u64;
-    Ok(Outcome { passed, failed })
+    let failures = rows.iter().flat_map(report::failure_lines).collect();
+    Ok(Outcome { passed, failed, failures })
 }
 
 /// One kernel's run, judged. Never fails: a kernel that cannot be fetched or
@@ -161,8 +169,9 @@ fn ensure_tools() -> anyhow::Result<()> {
         }
     }
     // Debian's `busybox` package is dynamically linked: no use in an initramfs.
-    let static_busybox = sh::probe(std::process::Command::new("dpkg-query").args(["-W", "-f=${Status}", "busybox-static"]))
-        .is_some_and(|s| s.contains("install ok installed"));
+    let static_busybox =
+        sh::probe(std::process::Command::new("dpkg-query").args(["-W", "-f=${Status}", "busybox-static"]))
+            .is_some_and(|s| s.contains("install ok installed"));
     if !static_busybox {
         missing.push("busybox-static");
     }
@@ -170,5 +179,6 @@ fn ensure_tools() -> anyhow::Result<()> {
         return Ok(());
     }
     println!("vm: installing {}", missing.join(" "));
-    setup::apt_get_install(&missing).context("the kernel matrix cannot run: qemu and its helpers could not be installed")
+    setup::apt_get_install(&missing)
+        .context("the kernel matrix cannot run: qemu and its helpers could not be installed")
 }

@@ -22,10 +22,18 @@ impl Row {
 }
 
 /// `vm 6.1    FAIL stall    0 lab socket_stalled, ...`
+fn line(row: &Row, c: &Check) -> String {
+    let verdict = if c.pass { "PASS" } else { "FAIL" };
+    format!("vm {:<6} {verdict} {:<8} {}", row.kernel.label(), c.name, c.detail)
+}
+
+pub fn failure_lines(row: &Row) -> Vec<String> {
+    row.checks.iter().filter(|c| !c.pass).map(|c| line(row, c)).collect()
+}
+
 pub fn print_row(row: &Row) {
     for c in &row.checks {
-        let verdict = if c.pass { "PASS" } else { "FAIL" };
-        println!("vm {:<6} {verdict} {:<8} {}", row.kernel.label(), c.name, c.detail);
+        println!("{}", line(row, c));
     }
     let failed = row.checks.iter().filter(|c| !c.pass).count();
     println!(
@@ -67,7 +75,9 @@ pub fn print_tables(rows: &[Row], total_secs: u64) {
         println!("{line}");
     }
     println!();
-    println!("| kernel | release | socket probes attached | not attached | TC | stall onset → quic_starved | watch start → quic_starved | run |");
+    println!(
+        "| kernel | release | socket probes attached | not attached | TC | stall onset → quic_starved | watch start → quic_starved | run |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for r in rows {
         let f = &r.figures;
