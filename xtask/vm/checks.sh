@@ -31,30 +31,22 @@ wait_line() {
   return 1
 }
 
-# What the checks wait for (extended regexps on the JSON lines).
-STARVED='"event":"quic_starved".*"confidence":"(likely|confirmed)"'
-RECOVERED='"event":"quic_recovered"'
-STALLED='"event":"socket_stalled"'
-
-# watch_for NAME MAX [PATTERN COUNT]... -- WATCH_ARGS...: hystall watch
-# --json into c-NAME.out until, for each pair, COUNT lines match PATTERN, or
-# MAX seconds after it started; its exit code into c-NAME.rc.
+# watch_for NAME MAX UNTIL -- WATCH_ARGS...: hystall watch --json into
+# c-NAME.out until the shell function UNTIL succeeds (then one second more)
+# or MAX seconds after the watch started; its exit code into c-NAME.rc.
 watch_for() {
-  local name=$1 max=$2 t0 i; shift 2
-  local -a want=()
-  while [[ $1 != -- ]]; do want+=("$1" "$2"); shift 2; done
-  shift
+  local name=$1 max=$2 until=$3 t0 end; shift 4
   t0=$(now)
   "$H" watch --json "$@" > "$O/c-$name.out" 2> "$O/c-$name.err" < /dev/null &
   local w=$!
   if wait_line '"watch_started"' "$O/c-$name.out" 120; then
     echo "watch_started after $(secs_since "$t0") s" >> "$O/c-$name.err"
-    for ((i = 0; i < max * 2; i++)); do
-      if seen_all "$O/c-$name.out" "${want[@]}"; then
+    end=$((SECONDS + max))
+    while (( SECONDS < end )) && kill -0 $w 2>/dev/null; do
+      if $until; then
         sleep 1
         break
       fi
-      kill -0 $w 2>/dev/null || break
       sleep 0.5
     done
   fi
@@ -64,16 +56,21 @@ watch_for() {
   secs_since "$t0" > "$O/c-$name.secs"
 }
 
-# seen_all FILE [PATTERN COUNT]...: each PATTERN matches COUNT lines of FILE
-# (no pair: never, for the checks that must see nothing).
-seen_all() {
-  local f=$1; shift
-  (( $# )) || return 1
-  while (( $# )); do
-    (( $(grep -cE "$1" "$f") >= $2 )) || return 1
-    shift 2
-  done
+# seen NAME PATTERN COUNT: COUNT lines of c-NAME.out match PATTERN (ERE).
+seen() { (( $(grep -cE "$2" "$O/c-$1.out") >= $3 )); }
+STALLED='"event":"socket_stalled"'
+STARVED='"event":"quic_starved".*"confidence":"(likely|confirmed)"'
+
+# What each check waits for.
+stall_seen() { seen stall "$STALLED" 4 && seen stall "$STARVED" 1; }
+tcp_seen() { seen tcp "$STALLED" 4; }
+singbox_seen() { seen singbox "$STALLED" 4 && seen singbox "$STARVED" 1; }
+# A lab probe (a new stream) that failed, then one that worked.
+lab_freed() {
+  awk '/"lab_probe"/ { if (/"stream_ok":false/) f = 1; else if (f && /"stream_ok":true/) ok = 1 } END { exit !ok }' \
+    "$O/c-enforce.lab"
 }
+never() { false; }
 
 # plain NAME COMMAND: one command, output into c-NAME.*.
 plain() {
@@ -94,8 +91,25 @@ tcp_check() {
     exec "$H" lab tcp --stall 2 --stall-blocking 2 --duration 60 ) > "$O/c-tcp.lab" 2>&1 < /dev/null &
   local lab=$!
   ( wait_line '"watch_started"' "$O/c-tcp.out" 90 && touch "$O/tcp.go" ) &
-  watch_for tcp 30 "$STALLED" 4 -- --pid $lab --stall-timeout 3
+  watch_for tcp 35 tcp_seen -- --pid $lab --stall-timeout 3
   touch "$O/tcp.go"
+  kill $lab 2>/dev/null
+  wait
+}
+
+# enforce: the lab (its own process, as the host test enforce_e2e.rs runs it)
+# under `watch --pid --port --enforce`: its stalled targets destroyed, then
+# a new stream through its QUIC connection works again (its lab_probe lines).
+# Started after the watch is attached, as the tcp lab.
+enforce_check() {
+  local port=$((30000 + RANDOM % 20000))
+  rm -f "$O/enforce.go"
+  ( while [ ! -e "$O/enforce.go" ]; do sleep 0.3; done
+    exec "$H" lab --json --uploads 4 --target stall --listen 127.0.0.1:$port ) > "$O/c-enforce.lab" 2>&1 < /dev/null &
+  local lab=$!
+  ( wait_line '"watch_started"' "$O/c-enforce.out" 120 && touch "$O/enforce.go" ) &
+  watch_for enforce 50 lab_freed -- --pid $lab --port $port --stall-timeout 3 --enforce
+  touch "$O/enforce.go"
   kill $lab 2>/dev/null
   wait
 }
@@ -113,7 +127,7 @@ singbox_check() {
   ( wait_line '"watch_started"' "$O/c-singbox.out" 120 \
       && python3 "$O/singbox.py" --sing-box "$SB" --port $port --secs 120 --stop-file "$O/singbox.stop" \
            --dir "$O/singbox" > "$O/c-singbox.driver" 2>&1 ) &
-  watch_for singbox 60 "$STALLED" 4 "$STARVED" 1 -- --comm sing-box --port $port --stall-timeout 3
+  watch_for singbox 60 singbox_seen -- --comm sing-box --port $port --stall-timeout 3
   touch "$O/singbox.stop"
   wait
 }
@@ -124,17 +138,17 @@ wave 1 version doctor slow
 plain version '"$H" --version' &
 plain doctor '"$H" doctor' &
 plain doctor-json '"$H" doctor --json' &
-watch_for slow 15 -- --lab --lab-uploads 4 --lab-target slow --stall-timeout 3 &
+watch_for slow 15 never -- --lab --lab-uploads 4 --lab-target slow --stall-timeout 3 &
 wait
 
 wave 2 stall enforce tcp
-watch_for stall 45 "$STALLED" 4 "$STARVED" 1 -- --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 &
-watch_for enforce 45 "$RECOVERED" 1 -- --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 --enforce &
+watch_for stall 50 stall_seen -- --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 &
+enforce_check &
 tcp_check &
 wait
 
 wave 3 fast singbox
-watch_for fast 12 -- --lab --lab-uploads 4 --lab-target fast --stall-timeout 3 &
+watch_for fast 12 never -- --lab --lab-uploads 4 --lab-target fast --stall-timeout 3 &
 singbox_check &
 wait
 wave done

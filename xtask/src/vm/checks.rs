@@ -370,8 +370,9 @@ fn tcp(r: &Reader) -> Check {
     }
 }
 
-/// `--enforce` on the stall lab: its stalled targets destroyed, then
-/// quic_recovered (the connection carries data again).
+/// `--enforce` on the stall lab (its own process): its stalled targets
+/// destroyed, then a new stream through its QUIC connection works again (the
+/// lab's own probes, as hystall/tests/enforce_e2e.rs checks it).
 fn enforce(r: &Reader) -> Check {
     let Some(w) = r.watch("enforce") else { return r.not_run("enforce") };
     let stalled = w.cookies(w.named("socket_stalled"));
@@ -382,28 +383,40 @@ fn enforce(r: &Reader) -> Check {
             && e["cookie"].as_u64().is_some_and(|c| stalled.contains(&c))
     };
     let ok = enforced.iter().filter(|e| done(e)).count();
-    let first = enforced.first().and_then(|e| ts_ms(e));
-    let recovered = w.named("quic_recovered").find(|e| ts_ms(e).zip(first).is_some_and(|(t, f)| t >= f));
-    match recovered {
-        Some(rec) if ok >= 3 => pass(
+    let lab = r.read("enforce", "lab").unwrap_or_default();
+    // (lab seconds, stream_ok) of each probe.
+    let probes: Vec<(f64, bool)> = lab
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "lab_probe")
+        .map(|e| (e["t"].as_f64().unwrap_or(f64::NAN), e["stream_ok"] == true))
+        .collect();
+    let first_fail = probes.iter().position(|(_, ok)| !ok);
+    let back = first_fail.and_then(|i| probes[i..].iter().find(|(_, ok)| *ok));
+    let first = enforced.first().map_or_else(|| "—".to_owned(), |e| w.at(e));
+    let recovered = w.named("quic_recovered").count();
+    match (first_fail, back) {
+        (Some(i), Some((t, _))) if ok >= 3 => pass(
             "enforce",
             format!(
-                "{ok} stalled targets destroyed (first {}), then quic_recovered {} ({})",
-                enforced.first().map_or("?".into(), |e| w.at(e)),
-                w.at(rec),
-                rec["reason"].as_str().unwrap_or("?")
+                "{ok} stalled targets destroyed (first {first}); the lab's new streams failed from its t={:.1} s and work \
+                 again at t={t:.1} s; {recovered} quic_recovered",
+                probes[i].0
             ),
         ),
         _ => {
             let results: BTreeSet<String> =
                 enforced.iter().map(|e| format!("{} {}", e["action"], e["result"])).collect();
+            let failed = probes.iter().filter(|(_, ok)| !ok).count();
             fail(
                 "enforce",
                 format!(
-                    "{ok} destroyed of {} enforced ({}), quic_recovered after: {}; seen: {}",
+                    "{ok} destroyed of {} enforced ({}); lab probes: {} of {} failed, working again after: {}; seen: {}",
                     enforced.len(),
                     results.into_iter().collect::<Vec<_>>().join(", "),
-                    recovered.is_some(),
+                    failed,
+                    probes.len(),
+                    back.is_some(),
                     w.seen()
                 ),
             )
