@@ -72,6 +72,16 @@ lab_freed() {
 }
 never() { false; }
 
+# A UDP port nobody uses, below the ephemeral range (where a client's socket
+# may take any port at any time).
+free_udp_port() {
+  local p
+  while :; do
+    p=$((25000 + RANDOM % 7000))
+    [[ -z $(ss -Hun "sport = :$p" 2>/dev/null) ]] && { echo $p; return; }
+  done
+}
+
 # plain NAME COMMAND: one command, output into c-NAME.*.
 plain() {
   local name=$1 t0; t0=$(now)
@@ -102,7 +112,7 @@ tcp_check() {
 # a new stream through its QUIC connection works again (its lab_probe lines).
 # Started after the watch is attached, as the tcp lab.
 enforce_check() {
-  local port=$((30000 + RANDOM % 20000))
+  local port; port=$(free_udp_port)
   rm -f "$O/enforce.go"
   ( while [ ! -e "$O/enforce.go" ]; do sleep 0.3; done
     exec "$H" lab --json --uploads 4 --target stall --listen 127.0.0.1:$port ) > "$O/c-enforce.lab" 2>&1 < /dev/null &
@@ -123,7 +133,7 @@ singbox_check() {
     echo 127 > "$O/c-singbox.rc"; : > "$O/c-singbox.out"; echo 0 > "$O/c-singbox.secs"
     return
   fi
-  local port=$((30000 + RANDOM % 20000))
+  local port; port=$(free_udp_port)
   ( wait_line '"watch_started"' "$O/c-singbox.out" 120 \
       && python3 "$O/singbox.py" --sing-box "$SB" --port $port --secs 120 --stop-file "$O/singbox.stop" \
            --dir "$O/singbox" > "$O/c-singbox.driver" 2>&1 ) &
