@@ -65,10 +65,14 @@ STARVED='"event":"quic_starved".*"confidence":"(likely|confirmed)"'
 stall_seen() { seen stall "$STALLED" 4 && seen stall "$STARVED" 1; }
 tcp_seen() { seen tcp "$STALLED" 4; }
 singbox_seen() { seen singbox "$STALLED" 4 && seen singbox "$STARVED" 1; }
-# A lab probe (a new stream) that failed, then one that worked.
+# enforce: once 3 targets were destroyed, the number of lab lines then is
+# marked (c-enforce.mark); done when a later lab probe (a new stream) worked.
 lab_freed() {
-  awk '/"lab_probe"/ { if (/"stream_ok":false/) f = 1; else if (f && /"stream_ok":true/) ok = 1 } END { exit !ok }' \
-    "$O/c-enforce.lab"
+  if [[ ! -e $O/c-enforce.mark ]]; then
+    seen enforce '"event":"enforced".*"result":"(destroyed|shut down)' 3 || return 1
+    wc -l < "$O/c-enforce.lab" > "$O/c-enforce.mark"
+  fi
+  tail -n +$(($(cat "$O/c-enforce.mark") + 1)) "$O/c-enforce.lab" | grep -q '"lab_probe".*"stream_ok":true'
 }
 never() { false; }
 
@@ -113,12 +117,12 @@ tcp_check() {
 # Started after the watch is attached, as the tcp lab.
 enforce_check() {
   local port; port=$(free_udp_port)
-  rm -f "$O/enforce.go"
+  rm -f "$O/enforce.go" "$O/c-enforce.mark"
   ( while [ ! -e "$O/enforce.go" ]; do sleep 0.3; done
     exec "$H" lab --json --uploads 4 --target stall --listen 127.0.0.1:$port ) > "$O/c-enforce.lab" 2>&1 < /dev/null &
   local lab=$!
   ( wait_line '"watch_started"' "$O/c-enforce.out" 120 && touch "$O/enforce.go" ) &
-  watch_for enforce 50 lab_freed -- --pid $lab --port $port --stall-timeout 3 --enforce
+  watch_for enforce 60 lab_freed -- --pid $lab --port $port --stall-timeout 3 --enforce
   touch "$O/enforce.go"
   kill $lab 2>/dev/null
   wait
@@ -137,7 +141,7 @@ singbox_check() {
   ( wait_line '"watch_started"' "$O/c-singbox.out" 120 \
       && python3 "$O/singbox.py" --sing-box "$SB" --port $port --secs 120 --stop-file "$O/singbox.stop" \
            --dir "$O/singbox" > "$O/c-singbox.driver" 2>&1 ) &
-  watch_for singbox 60 singbox_seen -- --comm sing-box --port $port --stall-timeout 3
+  watch_for singbox 90 singbox_seen -- --comm sing-box --port $port --stall-timeout 3
   touch "$O/singbox.stop"
   wait
 }
@@ -152,7 +156,7 @@ watch_for slow 15 never -- --lab --lab-uploads 4 --lab-target slow --stall-timeo
 wait
 
 wave 2 stall enforce tcp
-watch_for stall 50 stall_seen -- --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 &
+watch_for stall 60 stall_seen -- --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 &
 enforce_check &
 tcp_check &
 wait
