@@ -37,7 +37,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test).
+    /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test),
+    /// then, without extra args, the kernel matrix (`vm`; HYSTALL_VM=0 skips it).
     Test {
         /// Extra arguments for cargo test, after `--` (e.g. `-- stall -- --nocapture`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

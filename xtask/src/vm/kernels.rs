@@ -230,6 +230,10 @@ impl Apt {
             .arg(format!("Dir::Cache={}", d("cache")))
             // The host's dpkg status is read, never written: nothing is installed.
             .args(["-o", "APT::Get::List-Cleanup=0"]);
+        if sh::is_root() {
+            // The cache under ~root is not the _apt user's to write.
+            cmd.args(["-o", "APT::Sandbox::User=root"]);
+        }
         cmd
     }
 

@@ -120,6 +120,8 @@ fn run_one(kernel: Kernel, bin: &Path, sing_box: Option<&Path>, out: &Path) -> r
         }
         Err(e) => Some(format!("{e:#}")),
     };
+    // The copies of hystall and sing-box (70 MB) are of no use afterwards.
+    let _ = std::fs::remove_dir_all(out.join("bin"));
     let (checks, figures) = checks::judge(out, broken.as_deref());
     row.checks = checks;
     row.figures = figures;
