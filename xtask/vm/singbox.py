@@ -96,7 +96,9 @@ def main():
                 return
     threading.Thread(target=accept, daemon=True).start()
     try:
-        deadline = time.time() + 30
+        # sing-box (Go) starting and its first QUIC handshake take tens of
+        # seconds in a TCG guest on a busy machine.
+        deadline = time.time() + 90
         conns = []
         while len(conns) < a.uploads:
             try:
