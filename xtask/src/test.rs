@@ -11,7 +11,8 @@
 //! Then the kernel matrix (`cargo xtask vm`, every kernel, the release binary
 //! the tests built): its checks count in the closing summary and a failed one
 //! fails the run. It runs when no test filter is given (CI runs it);
-//! HYSTALL_VM=0 skips it, HYSTALL_VM=1 runs it even with a filter. In CI a
+//! HYSTALL_VM=0 skips it, HYSTALL_VM=1 runs it even with a filter, and
+//! HYSTALL_VM=6.12,host runs those kernels only. In CI a
 //! matrix that cannot run (no root, no qemu) fails the run; elsewhere it says
 //! so in one line and is counted as skipped.
 //!
@@ -249,19 +250,31 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
 /// The kernel matrix after the tests, its checks added to `totals`; false
 /// when it failed (a check, or, in CI, not being able to run at all).
 fn kernel_matrix(args: &[String], totals: &mut Totals, digest: &mut Digest) -> bool {
-    let wanted = match std::env::var("HYSTALL_VM").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
+    let mut matrix_args = crate::vm::Args::default();
+    match std::env::var("HYSTALL_VM").as_deref() {
+        Ok("0") => return true,
+        Ok("1") => {}
+        // A list of kernels: those only, even with a filter.
+        Ok(list) if !list.is_empty() => {
+            for k in list.split(',') {
+                match k.trim().parse() {
+                    Ok(k) => matrix_args.kernels.push(k),
+                    Err(e) => {
+                        println!("xtask test: HYSTALL_VM={list}: {e}");
+                        totals.failed += 1;
+                        return false;
+                    }
+                }
+            }
+        }
         // A filtered run is someone after a few tests, not the matrix.
-        _ => args.is_empty(),
-    };
-    if !wanted {
-        return true;
+        _ if !args.is_empty() => return true,
+        _ => {}
     }
     println!();
     println!("xtask test: the kernel matrix (cargo xtask vm; HYSTALL_VM=0 skips it)");
     let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    match crate::vm::matrix(&crate::vm::Args::default()) {
+    match crate::vm::matrix(&matrix_args) {
         Ok(o) => {
             totals.passed += o.passed;
             totals.failed += o.failed;

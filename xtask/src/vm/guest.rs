@@ -150,15 +150,19 @@ fn console_tail(out: &Path) -> String {
 /// Debian kernel hangs right after "Probing EDD" without a word.
 /// HYSTALL_VM_ACCEL=kvm|tcg overrides.
 fn accelerator() -> Vec<&'static str> {
-    let kvm = match std::env::var("HYSTALL_VM_ACCEL").as_deref() {
+    if kvm() { vec!["-enable-kvm", "-cpu", "host"] } else { vec!["-accel", "tcg,thread=multi", "-cpu", "max"] }
+}
+
+/// Whether the guests run under KVM (see `accelerator`).
+pub fn kvm() -> bool {
+    match std::env::var("HYSTALL_VM_ACCEL").as_deref() {
         Ok("kvm") => true,
         Ok("tcg") => false,
         _ => {
             let writable = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok();
             writable && !Path::new("/sys/module/kvm_pvm").exists()
         }
-    };
-    if kvm { vec!["-enable-kvm", "-cpu", "host"] } else { vec!["-accel", "tcg,thread=multi", "-cpu", "max"] }
+    }
 }
 
 /// Waits for `child` at most `limit`; kills it after that (None).

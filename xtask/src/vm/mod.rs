@@ -31,7 +31,8 @@ pub struct Args {
     /// The hystall binary under test (default: target/release/hystall, built if missing).
     #[arg(long, value_name = "PATH")]
     pub bin: Option<PathBuf>,
-    /// Keep every run's folder (console log, each check's output) under DIR/KERNEL.
+    /// Keep every kernel's run folder (console log, each check's output) under DIR/KERNEL
+    /// (default: target/vm-logs/KERNEL, kept only for a kernel with a failed check).
     #[arg(long, value_name = "DIR")]
     pub keep_logs: Option<PathBuf>,
 }
@@ -91,6 +92,12 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
         }
     }
     report::print_tables(&rows, started.elapsed().as_secs());
+    if rows.iter().any(|r| r.kernel != Kernel::Host) && !guest::kvm() {
+        println!(
+            "(the guests ran under TCG, no usable KVM here: their times are those of an emulated CPU, \
+             upper bounds of a real machine's)"
+        );
+    }
     let passed = rows.iter().flat_map(|r| &r.checks).filter(|c| c.pass).count() as u64;
     let failed = rows.iter().flat_map(|r| &r.checks).filter(|c| !c.pass).count() as u64;
     let failures = rows.iter().flat_map(report::failure_lines).collect();
