@@ -109,7 +109,7 @@ tcp_check() {
   ( while [ ! -e "$O/tcp.go" ]; do sleep 0.3; done
     exec "$H" lab tcp --stall 2 --stall-blocking 2 --duration 60 ) > "$O/c-tcp.lab" 2>&1 < /dev/null &
   local lab=$!
-  ( wait_line '"watch_started"' "$O/c-tcp.out" 90 && touch "$O/tcp.go" ) &
+  ( wait_line '"watch_started"' "$O/c-tcp.out" 120 && touch "$O/tcp.go" ) &
   watch_for tcp 60 tcp_seen -- --pid $lab --stall-timeout 3
   touch "$O/tcp.go"
   kill $lab 2>/dev/null
