@@ -135,7 +135,8 @@ enforce_check() {
 
 # singbox: a real Hysteria2 server and client (sing-box), 4 uploads through
 # the client's SOCKS port into a never-reading target (singbox.py), under
-# `watch --comm sing-box --port P`.
+# `watch --comm sing-box --port P`. The server's windows are 2 and 4 MiB, not
+# Hysteria's 8 and 20, so that the connection starves sooner under TCG.
 singbox_check() {
   if [[ -z $SB || ! -x $SB ]]; then
     echo "no sing-box binary (HYSTALL_SING_BOX='$SB')" > "$O/c-singbox.err"
@@ -144,9 +145,11 @@ singbox_check() {
   fi
   local port; port=$(free_udp_port)
   ( wait_line '"watch_started"' "$O/c-singbox.out" 120 \
-      && python3 "$O/singbox.py" --sing-box "$SB" --port $port --secs 120 --stop-file "$O/singbox.stop" \
+      && python3 "$O/singbox.py" --sing-box "$SB" --port $port --secs 180 --stop-file "$O/singbox.stop" \
+           --stream-window 2 --conn-window 4 \
            --dir "$O/singbox" > "$O/c-singbox.driver" 2>&1 ) &
-  watch_for singbox 150 singbox_seen -- --comm sing-box --port $port --stall-timeout 3
+  watch_for singbox 150 singbox_seen -- --comm sing-box --port $port --stall-timeout 3 \
+    --stream-window 2 --conn-window 4
   touch "$O/singbox.stop"
   wait
 }

@@ -64,6 +64,10 @@ def main():
     ap.add_argument("--stop-file", help="stop the uploads as soon as this file exists")
     ap.add_argument("--uploads", type=int, default=4)
     ap.add_argument("--dir", required=True)
+    # Smaller windows than Hysteria's 8 and 20 MiB: what starves the client
+    # then fills sooner through an emulated CPU (the watch is told them).
+    ap.add_argument("--stream-window", type=int, default=8, help="the server's stream window, MiB")
+    ap.add_argument("--conn-window", type=int, default=20, help="the server's connection window, MiB")
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
     key, cert = keypair(a.sing_box, a.dir)
@@ -73,6 +77,8 @@ def main():
         "log": {"level": "info", "timestamp": True},
         "inbounds": [{"type": "hysteria2", "tag": "hy2-in", "listen": "127.0.0.1", "listen_port": a.port,
                       "users": [{"name": "lab", "password": PASSWORD}],
+                      "stream_receive_window": a.stream_window << 20,
+                      "connection_receive_window": a.conn_window << 20,
                       "tls": dict(tls, certificate_path=cert, key_path=key)}],
         "outbounds": [{"type": "direct", "tag": "direct"}],
     })
@@ -85,6 +91,9 @@ def main():
     stop = threading.Event()
     # The target: accepts, never reads, never closes.
     target = socket.socket()
+    # A small receive buffer (inherited by the accepted sockets): the targets
+    # hold little before they stop the server's writes.
+    target.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
     target.bind(("127.0.0.1", 0))
     target.listen(64)
     held = []
