@@ -21,6 +21,9 @@ pub struct Check {
 /// What a run showed besides the verdicts: the table's columns.
 #[derive(Default)]
 pub struct Figures {
+    /// How blocked non-blocking writers are seen (`watch_started.send_path`:
+    /// tracepoint, fexit, zero_window, none); empty for a binary without it.
+    pub send_path: String,
     /// The socket programs attached in the stall lab's watch, `+`-joined.
     pub probes: String,
     /// Socket programs that are not attached (with why, shortened).
@@ -43,6 +46,7 @@ pub fn judge(out: &Path, broken: Option<&str>) -> (Vec<Check>, Figures) {
     let stall = r.watch("stall");
     if let Some(w) = &stall {
         (fig.probes, fig.missing) = w.probe_path();
+        fig.send_path = w.started().and_then(|s| s["send_path"]["path"].as_str()).unwrap_or_default().to_owned();
     }
     let checks = vec![
         version(&r),

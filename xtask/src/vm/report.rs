@@ -76,16 +76,18 @@ pub fn print_tables(rows: &[Row], total_secs: u64) {
     }
     println!();
     println!(
-        "| kernel | release | socket probes attached | not attached | TC | stall onset → quic_starved | watch start → quic_starved | run |"
+        "| kernel | release | send path | socket probes attached | not attached | TC | stall onset → quic_starved | \
+         watch start → quic_starved | run |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let f = &r.figures;
         let missing: Vec<&str> = f.missing.iter().map(|m| m.split(" (").next().unwrap_or(m)).collect();
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} s |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} s |",
             r.kernel.label(),
             if r.release.is_empty() { "?" } else { &r.release },
+            if f.send_path.is_empty() { "—" } else { &f.send_path },
             if f.probes.is_empty() { "?" } else { &f.probes },
             if missing.is_empty() { "—".to_owned() } else { missing.join(", ") },
             if f.tc.is_empty() { "?" } else { &f.tc },
