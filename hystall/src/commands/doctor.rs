@@ -15,7 +15,7 @@ use ::caps::Capability;
 
 use super::caps;
 use crate::cli::DoctorArgs;
-use crate::sources::probes::{ProbeConfig, Probes, btf, tracefs};
+use crate::sources::probes::{ProbeConfig, Probes, btf, send_path::SendPath, tracefs};
 use crate::sources::sockdiag::SockDiag;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -104,7 +104,7 @@ pub fn checks() -> Vec<Check> {
     });
     if let Ok(root) = &tfs {
         for (cat, name, what) in [
-            ("sock", "sock_send_length", "send results (non-blocking writers); added in Linux 6.4"),
+            ("sock", "sock_send_length", "send results (non-blocking writers; fexit on tcp_sendmsg or zero windows stand in); added in Linux 6.4"),
             ("sock", "inet_sock_set_state", "connect and close of target sockets"),
             ("tcp", "tcp_probe", "ACK progress and peer window"),
             ("tcp", "tcp_destroy_sock", "socket close"),
@@ -112,6 +112,16 @@ pub fn checks() -> Vec<Check> {
         ] {
             let ok = tracefs::exists(root, cat, name);
             out.push(if ok {
+                check(&format!("tracepoint {cat}/{name}"), Status::Ok, what, None)
+            } else if name == "sock_send_length" {
+                // Not a loss by itself: the "send results" line says what stands in.
+                check(
+                    &format!("tracepoint {cat}/{name}"),
+                    Status::Ok,
+                    "absent (added in Linux 6.4): see \"send results\" for what stands in",
+                    None,
+                )
+            } else if ok {
                 check(&format!("tracepoint {cat}/{name}"), Status::Ok, what, None)
             } else {
                 check(&format!("tracepoint {cat}/{name}"), Status::Degraded, format!("absent: loses {what}"), None)
@@ -136,6 +146,15 @@ pub fn checks() -> Vec<Check> {
                         )
                     });
                 }
+                let sp = crate::sources::probes::send_path::info(p.send_path);
+                let status = match p.send_path {
+                    Some(SendPath::Tracepoint | SendPath::Fexit) => Status::Ok,
+                    _ => Status::Degraded,
+                };
+                let advice = (status != Status::Ok).then_some(
+                    "a kernel with the sock_send_length tracepoint (6.4+) or fexit (BTF trampolines) sees every send's result",
+                );
+                out.push(check(&format!("send results ({})", sp.path), status, sp.note, advice));
                 out.push(match p.take_events() {
                     Ok(_) => check("ring buffer", Status::Ok, "BPF_MAP_TYPE_RINGBUF created", None),
                     Err(e) => {
@@ -167,10 +186,10 @@ pub fn checks() -> Vec<Check> {
         check("TC attach", Status::Ok, "clsact qdisc (TCX needs Linux 6.6+)", None)
     });
     out.push(check(
-        "kprobes/fentry",
+        "kprobes",
         Status::Ok,
         format!(
-            "not used (kprobes {}present); hystall needs only tracepoints, tp_btf, TC and sock_diag",
+            "not used (kprobes {}present); hystall needs tracepoints, tp_btf, TC and sock_diag, and fexit on tcp_sendmsg only where sock_send_length is absent",
             if Path::new("/sys/kernel/tracing/kprobe_events").exists() { "" } else { "not " }
         ),
         None,

@@ -100,6 +100,7 @@ impl Pipeline {
             stall_timeout_ms: options.stall_timeout_ms,
             probes: live.probe_status().to_vec(),
             blocked_writers: Some(crate::sources::parked::METHOD.into()),
+            send_path: Some(live.send_path_info()),
             quic: Some(live.quic_ports("start")),
             warnings,
             decrypt: live.decrypt_info(),

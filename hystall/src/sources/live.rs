@@ -352,6 +352,11 @@ impl Live {
         &self.probes.status
     }
 
+    /// How blocked writers of non-blocking sockets are seen here.
+    pub fn send_path_info(&self) -> crate::core::event::SendPathInfo {
+        super::probes::send_path::info(self.probes.send_path)
+    }
+
     /// Run time and run count of each loaded program (for metrics).
     pub fn prog_stats(&self) -> Vec<super::probes::stats::ProgStats> {
         self.probes.prog_stats()

@@ -77,6 +77,17 @@ impl SendPath {
     }
 }
 
+/// `watch_started.send_path`, `doctor`'s line and `top`'s header.
+pub fn info(path: Option<SendPath>) -> crate::core::event::SendPathInfo {
+    match path {
+        Some(p) => crate::core::event::SendPathInfo { path: p.id().into(), note: p.describe().into() },
+        None => crate::core::event::SendPathInfo {
+            path: "none".into(),
+            note: "no program sees blocked non-blocking writers here (no sock_send_length, no fexit on tcp_sendmsg, no tcp_probe): only writers parked in a blocking send are found".into(),
+        },
+    }
+}
+
 /// Whether the program `prog` is to be tried, given the best path allowed
 /// (`floor`) and the path already attached (`have`): one send-result program
 /// at most, the best that attaches.
