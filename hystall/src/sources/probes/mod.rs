@@ -528,8 +528,9 @@ fn attach(ebpf: &mut Ebpf, spec: &Spec, btf: &Btf) -> Result<(), String> {
             let dir = std::fs::File::open(&root).map_err(|e| format!("open {}: {e}", root.display()))?;
             let p: &mut CgroupSockAddr = prog.try_into().map_err(|e| format!("{e}"))?;
             p.load().map_err(|e| format!("load cgroup/{}: {}", spec.prog, chain(&e)))?;
-            // Beside whatever else is attached there (systemd's, other tools').
-            p.attach(&dir, CgroupAttachMode::AllowMultiple)
+            // A bpf_link (5.7+) sits beside whatever else is attached there
+            // (systemd's, other tools'); the kernel rejects any mode flag on it.
+            p.attach(&dir, CgroupAttachMode::Single)
                 .map_err(|e| format!("attach cgroup/{} on {}: {}", spec.prog, root.display(), chain(&e)))?;
         }
     }
