@@ -8,7 +8,7 @@
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use hystall_common::{SOCK_BLOCKING, SOCK_ZERO_WINDOW, SockEventKind, switch};
 
-use crate::maps::{SOCKS, emit, fd_blocking, now_ns, read_at, sk_cookie, not_writeable, sock_offsets, switched_on};
+use crate::maps::{SOCKS, emit, fd_blocking, not_writeable, now_ns, read_at, sk_cookie, sock_offsets, switched_on};
 
 #[btf_tracepoint(function = "tcp_probe")]
 pub fn tcp_probe(ctx: BtfTracePointContext) -> i32 {

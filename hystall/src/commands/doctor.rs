@@ -104,7 +104,11 @@ pub fn checks() -> Vec<Check> {
     });
     if let Ok(root) = &tfs {
         for (cat, name, what) in [
-            ("sock", "sock_send_length", "send results (non-blocking writers; fexit on tcp_sendmsg or zero windows stand in); added in Linux 6.4"),
+            (
+                "sock",
+                "sock_send_length",
+                "send results (non-blocking writers; fexit on tcp_sendmsg or zero windows stand in); added in Linux 6.4",
+            ),
             ("sock", "inet_sock_set_state", "connect and close of target sockets"),
             ("tcp", "tcp_probe", "ACK progress and peer window"),
             ("tcp", "tcp_destroy_sock", "socket close"),

@@ -151,8 +151,8 @@ impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         raise_memlock();
         let root = tracefs::ensure_mounted()?;
-        let floor = SendPath::forced_from(std::env::var(send_path::FORCE_ENV).ok().as_deref())
-            .map_err(ProbeError::Load)?;
+        let floor =
+            SendPath::forced_from(std::env::var(send_path::FORCE_ENV).ok().as_deref()).map_err(ProbeError::Load)?;
         let kbtf = btf::load()?;
         let sock_offsets = btf::sock_offsets_from(&kbtf)?;
         // Tracing programs may call bpf_get_socket_cookie since 5.12, which
@@ -193,9 +193,7 @@ impl Probes {
             if ON_DEMAND.contains(&spec.prog) {
                 continue;
             }
-            if !send_path::wanted(spec.prog, floor, send)
-                || (matches!(spec.kind, Kind::Cgroup) && cookie_helper)
-            {
+            if !send_path::wanted(spec.prog, floor, send) || (matches!(spec.kind, Kind::Cgroup) && cookie_helper) {
                 continue;
             }
             let res = attach(&mut ebpf, spec, &btf);

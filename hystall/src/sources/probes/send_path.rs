@@ -70,9 +70,8 @@ impl SendPath {
     pub fn forced_from(value: Option<&str>) -> Result<SendPath, String> {
         match value {
             None | Some("") => Ok(SendPath::Tracepoint),
-            Some(v) => SendPath::parse(v).ok_or_else(|| {
-                format!("{FORCE_ENV}={v}: expected one of tracepoint, fexit, zero_window")
-            }),
+            Some(v) => SendPath::parse(v)
+                .ok_or_else(|| format!("{FORCE_ENV}={v}: expected one of tracepoint, fexit, zero_window")),
         }
     }
 }
