@@ -15,8 +15,8 @@ use ::caps::Capability;
 
 use super::caps;
 use crate::cli::DoctorArgs;
-use crate::sources::probes::{ProbeConfig, Probes, btf, send_path::SendPath, tracefs};
-use crate::sources::sockdiag::SockDiag;
+use crate::sources::kernel::probes::{ProbeConfig, Probes, btf, send_path::SendPath, tracefs};
+use crate::sources::processes::sockdiag::SockDiag;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -125,8 +125,6 @@ pub fn checks() -> Vec<Check> {
                     "absent (added in Linux 6.4): see \"send results\" for what stands in",
                     None,
                 )
-            } else if ok {
-                check(&format!("tracepoint {cat}/{name}"), Status::Ok, what, None)
             } else {
                 check(&format!("tracepoint {cat}/{name}"), Status::Degraded, format!("absent: loses {what}"), None)
             });
@@ -150,7 +148,7 @@ pub fn checks() -> Vec<Check> {
                         )
                     });
                 }
-                let sp = crate::sources::probes::send_path::info(p.send_path);
+                let sp = crate::sources::kernel::probes::send_path::info(p.send_path);
                 let status = match p.send_path {
                     Some(SendPath::Tracepoint | SendPath::Fexit) => Status::Ok,
                     _ => Status::Degraded,
@@ -205,7 +203,7 @@ pub fn checks() -> Vec<Check> {
 /// proxies running, and their UDP ports (server ports at once, or candidates
 /// that a client's Initial will show), or why nothing QUIC would be watched.
 fn quic_servers_check() -> Check {
-    use crate::sources::{procs, quic, server_ports::ServerPorts};
+    use crate::sources::{discovery::server_ports::ServerPorts, kernel::quic, processes::procs};
     const NAME: &str = "QUIC servers";
     let advice = Some("select the proxy (--pid, --comm, --unit) or name its port with --port P");
     let mode = match procs::Mode::from_selection(&[], &[], &[]) {
@@ -229,7 +227,7 @@ fn quic_servers_check() -> Check {
         Err(e) => return check(NAME, Status::Missing, format!("sock_diag: {e}"), None),
     };
     let mut ports = ServerPorts::new(Default::default(), quic::ephemeral_range(), true);
-    ports.set_configured(pids.iter().flat_map(|&p| crate::sources::proxy_config::ports_of(p)).collect());
+    ports.set_configured(pids.iter().flat_map(|&p| crate::sources::discovery::proxy_config::ports_of(p)).collect());
     ports.update(&socks);
     let info = ports.info("doctor".into());
     let who = format!("{} ({} process(es))", comms.join(", "), pids.len());
@@ -259,7 +257,7 @@ fn quic_servers_check() -> Check {
 /// known proxies running now (each one's Go symbol table is read, and the
 /// uprobe attached and detached).
 fn decrypt_checks(p: &mut Probes) -> Vec<Check> {
-    use crate::sources::{decrypt::uprobes::Uprobes, procs};
+    use crate::sources::{decrypt::uprobes::Uprobes, processes::procs};
     const NAME: &str = "--decrypt";
     if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
         return vec![check(

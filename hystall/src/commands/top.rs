@@ -279,11 +279,15 @@ fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
 }
 
 fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Header {
-    use crate::sources::probes::is_waiting;
+    use crate::sources::kernel::probes::is_waiting;
     let status = p.live.probe_status();
     let quic = p.live.quic_ports("now");
-    let mut processes: Vec<(u32, String)> =
-        p.live.pids.iter().map(|&pid| (pid, crate::sources::procs::comm_of(pid).unwrap_or_default())).collect();
+    let mut processes: Vec<(u32, String)> = p
+        .live
+        .pids
+        .iter()
+        .map(|&pid| (pid, crate::sources::processes::procs::comm_of(pid).unwrap_or_default()))
+        .collect();
     processes.sort();
     Header {
         node: node.to_owned(),

@@ -522,7 +522,7 @@ fn attach(ebpf: &mut Ebpf, spec: &Spec, btf: &Btf) -> Result<(), String> {
             p.attach().map_err(|e| format!("attach fexit/{func}: {}", chain(&e)))?;
         }
         Kind::Cgroup => {
-            let root = crate::sources::cgroup::cgroup2_mount().map_err(|e| e.to_string())?;
+            let root = crate::sources::processes::cgroup::cgroup2_mount().map_err(|e| e.to_string())?;
             let dir = std::fs::File::open(&root).map_err(|e| format!("open {}: {e}", root.display()))?;
             let p: &mut CgroupSockAddr = prog.try_into().map_err(|e| format!("{e}"))?;
             p.load().map_err(|e| format!("load cgroup/{}: {}", spec.prog, chain(&e)))?;
