@@ -192,6 +192,14 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     }
     drop(out);
     let status = child.wait()?;
+    // The install artifacts (`cargo xtask dist`), built and checked on full runs:
+    // their PASS/FAIL lines count as tests in the summary.
+    let dist = crate::dist::test_step(args);
+    let dist_failed = dist.as_ref().is_some_and(|d| d.failed > 0);
+    if let Some(d) = dist {
+        (totals.suites, totals.passed, totals.failed, totals.ignored) =
+            (totals.suites + 1, totals.passed + d.passed, totals.failed + d.failed, totals.ignored + d.skipped);
+    }
     let secs = started.elapsed().as_secs();
 
     println!();
@@ -216,6 +224,7 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
             }
         }
     }
+    passed &= !dist_failed;
     let verdict = if passed { "ok" } else { "FAILED" };
     println!(
         "xtask test: {verdict}: {} suites in {secs}s (ignored tests are counted as skipped; \
@@ -229,7 +238,7 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     println!("summary: {} passed, {} failed, {} skipped", totals.passed, totals.failed, totals.ignored);
     if !passed {
         // The summary line above is the last word; just exit like cargo test did.
-        std::process::exit(status.code().unwrap_or(101));
+        std::process::exit(status.code().filter(|&c| c != 0).unwrap_or(101));
     }
     Ok(())
 }
