@@ -37,7 +37,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test).
+    /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test);
+    /// without extra args, also build and check the artifacts of `dist`.
     Test {
         /// Extra arguments for cargo test, after `--` (e.g. `-- stall -- --nocapture`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

@@ -12,6 +12,9 @@
 //! and `run`. Tests that need root skip themselves (printing "skipped: needs root")
 //! when not root. The test output is passed through while the `test result:` lines
 //! are added up into one closing summary line.
+//!
+//! A full run (no ARGS, as CI's) then builds the artifacts of `cargo xtask dist`
+//! and checks them (`dist::test_step`); their PASS/FAIL lines count in the summary.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::Stdio;
@@ -196,9 +199,11 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     // their PASS/FAIL lines count as tests in the summary.
     let dist = crate::dist::test_step(args);
     let dist_failed = dist.as_ref().is_some_and(|d| d.failed > 0);
-    if let Some(d) = dist {
-        (totals.suites, totals.passed, totals.failed, totals.ignored) =
-            (totals.suites + 1, totals.passed + d.passed, totals.failed + d.failed, totals.ignored + d.skipped);
+    if let Some(d) = &dist {
+        totals.suites += 1;
+        totals.passed += d.passed;
+        totals.failed += d.failed;
+        totals.ignored += d.skipped;
     }
     let secs = started.elapsed().as_secs();
 
