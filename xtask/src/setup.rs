@@ -210,7 +210,10 @@ fn debian_packages(log: &Log, scope: Scope) -> anyhow::Result<()> {
             match scope {
                 Scope::Run => "llvm-22-dev, iproute2 present",
                 Scope::Dist => "llvm-22-dev, iproute2, musl-tools, dpkg, binutils present",
-                Scope::All => "llvm-22-dev, tmux, tcpdump, nftables, iproute2, python3-pip, prometheus, tshark present",
+                Scope::All => {
+                    "llvm-22-dev, musl-tools, dpkg, binutils, tmux, tcpdump, nftables, iproute2, python3-pip, \
+                     prometheus, tshark present"
+                }
             },
         );
         return Ok(());
