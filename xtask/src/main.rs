@@ -5,6 +5,7 @@
 mod bench;
 mod build;
 mod clippy;
+mod dist;
 mod fmt;
 mod fuzz;
 mod install;
@@ -36,7 +37,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test).
+    /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test);
+    /// without extra args, also build and check the artifacts of `dist`.
     Test {
         /// Extra arguments for cargo test, after `--` (e.g. `-- stall -- --nocapture`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -69,6 +71,10 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
+    /// Set up, then build what a node installs without a toolchain, in target/dist/: a
+    /// static x86_64 binary (musl, eBPF inside), a .deb (binary, systemd unit, user)
+    /// and SHA256SUMS; then check them.
+    Dist,
     /// Set up, build, install the binary to /usr/local/bin/hystall and the systemd unit
     /// (hystall.service, /etc/default/hystall, user hystall); sudo when not root.
     Install,
@@ -87,6 +93,7 @@ fn main() {
         Task::Clippy => clippy::clippy(),
         Task::Fmt { check } => fmt::fmt(check),
         Task::Install => install::install(),
+        Task::Dist => dist::dist(),
     };
     if let Err(e) = result {
         // The failing step has printed its own output: one line says why we stop.

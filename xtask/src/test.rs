@@ -12,6 +12,9 @@
 //! and `run`. Tests that need root skip themselves (printing "skipped: needs root")
 //! when not root. The test output is passed through while the `test result:` lines
 //! are added up into one closing summary line.
+//!
+//! A full run (no ARGS, as CI's) then builds the artifacts of `cargo xtask dist`
+//! and checks them (`dist::test_step`); their PASS/FAIL lines count in the summary.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::Stdio;
@@ -192,6 +195,16 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     }
     drop(out);
     let status = child.wait()?;
+    // The install artifacts (`cargo xtask dist`), built and checked on full runs:
+    // their PASS/FAIL lines count as tests in the summary.
+    let dist = crate::dist::test_step(args);
+    let dist_failed = dist.as_ref().is_some_and(|d| d.failed > 0);
+    if let Some(d) = &dist {
+        totals.suites += 1;
+        totals.passed += d.passed;
+        totals.failed += d.failed;
+        totals.ignored += d.skipped;
+    }
     let secs = started.elapsed().as_secs();
 
     println!();
@@ -216,6 +229,7 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
             }
         }
     }
+    passed &= !dist_failed;
     let verdict = if passed { "ok" } else { "FAILED" };
     println!(
         "xtask test: {verdict}: {} suites in {secs}s (ignored tests are counted as skipped; \
@@ -229,7 +243,7 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     println!("summary: {} passed, {} failed, {} skipped", totals.passed, totals.failed, totals.ignored);
     if !passed {
         // The summary line above is the last word; just exit like cargo test did.
-        std::process::exit(status.code().unwrap_or(101));
+        std::process::exit(status.code().filter(|&c| c != 0).unwrap_or(101));
     }
     Ok(())
 }
