@@ -14,6 +14,7 @@ mod service;
 mod setup;
 mod sh;
 mod test;
+mod vm;
 
 use clap::{Parser, Subcommand};
 
@@ -38,7 +39,8 @@ enum Task {
         args: Vec<String>,
     },
     /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test);
-    /// without extra args, also build and check the artifacts of `dist`.
+    /// without extra args, also build and check the artifacts of `dist`, then run the kernel
+    /// matrix (`vm`, on the dist binary; HYSTALL_VM=0 skips it).
     Test {
         /// Extra arguments for cargo test, after `--` (e.g. `-- stall -- --nocapture`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -75,6 +77,10 @@ enum Task {
     /// static x86_64 binary (musl, eBPF inside), a .deb (binary, systemd unit, user)
     /// and SHA256SUMS; then check them.
     Dist,
+    /// The kernel matrix: boot Debian's kernels (5.10, 6.1, 6.1-rt, 6.12) under qemu
+    /// with the host's root read-only over 9p, run the check set as root inside, and
+    /// run it on this host as the control; one line per check, then a table.
+    Vm(vm::Args),
     /// Set up, build, install the binary to /usr/local/bin/hystall and the systemd unit
     /// (hystall.service, /etc/default/hystall, user hystall); sudo when not root.
     Install,
@@ -94,6 +100,7 @@ fn main() {
         Task::Fmt { check } => fmt::fmt(check),
         Task::Install => install::install(),
         Task::Dist => dist::dist(),
+        Task::Vm(args) => vm::vm(&args),
     };
     if let Err(e) = result {
         // The failing step has printed its own output: one line says why we stop.

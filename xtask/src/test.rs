@@ -8,6 +8,14 @@
 //! counted as failed once); a second failure fails the run. Unit tests and
 //! more than `MAX_RETRIED` failures are never retried.
 //!
+//! Then the kernel matrix (`cargo xtask vm`, every kernel, the release binary
+//! the tests built): its checks count in the closing summary and a failed one
+//! fails the run. It runs when no test filter is given (CI runs it);
+//! HYSTALL_VM=0 skips it, HYSTALL_VM=1 runs it even with a filter, and
+//! HYSTALL_VM=6.12,host runs those kernels only. In CI a
+//! matrix that cannot run (no root, no qemu) fails the run; elsewhere it says
+//! so in one line and is counted as skipped.
+//!
 //! Release, so the eBPF object built by hystall's build.rs is shared with `build`
 //! and `run`. Tests that need root skip themselves (printing "skipped: needs root")
 //! when not root. The test output is passed through while the `test result:` lines
@@ -17,6 +25,7 @@
 //! and checks them (`dist::test_step`); their PASS/FAIL lines count in the summary.
 
 use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Instant;
 
@@ -230,6 +239,12 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
         }
     }
     passed &= !dist_failed;
+    // The matrix runs the artifact a node installs, when this run built it.
+    let dist_bin = dist.as_ref().filter(|d| d.failed == 0).and_then(|_| crate::dist::built_binary());
+    let vm = kernel_matrix(args, dist_bin, &mut totals, &mut digest);
+    let secs = started.elapsed().as_secs();
+    let tests_passed = passed;
+    let passed = passed && vm;
     let verdict = if passed { "ok" } else { "FAILED" };
     println!(
         "xtask test: {verdict}: {} suites in {secs}s (ignored tests are counted as skipped; \
@@ -243,9 +258,61 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     println!("summary: {} passed, {} failed, {} skipped", totals.passed, totals.failed, totals.ignored);
     if !passed {
         // The summary line above is the last word; just exit like cargo test did.
-        std::process::exit(status.code().filter(|&c| c != 0).unwrap_or(101));
+        let code = if tests_passed { 1 } else { status.code().filter(|&c| c != 0).unwrap_or(101) };
+        std::process::exit(code);
     }
     Ok(())
+}
+
+/// The kernel matrix after the tests, its checks added to `totals`; false
+/// when it failed (a check, or, in CI, not being able to run at all).
+fn kernel_matrix(args: &[String], bin: Option<PathBuf>, totals: &mut Totals, digest: &mut Digest) -> bool {
+    let mut matrix_args = crate::vm::Args { bin, ..Default::default() };
+    match std::env::var("HYSTALL_VM").as_deref() {
+        Ok("0") => return true,
+        Ok("1") => {}
+        // A list of kernels: those only, even with a filter.
+        Ok(list) if !list.is_empty() => {
+            for k in list.split(',') {
+                match k.trim().parse() {
+                    Ok(k) => matrix_args.kernels.push(k),
+                    Err(e) => {
+                        println!("xtask test: HYSTALL_VM={list}: {e}");
+                        totals.failed += 1;
+                        return false;
+                    }
+                }
+            }
+        }
+        // A filtered run is someone after a few tests, not the matrix.
+        _ if !args.is_empty() => return true,
+        _ => {}
+    }
+    println!();
+    println!("xtask test: the kernel matrix (cargo xtask vm; HYSTALL_VM=0 skips it)");
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    match crate::vm::matrix(&matrix_args) {
+        Ok(o) => {
+            totals.passed += o.passed;
+            totals.failed += o.failed;
+            for line in o.failures {
+                if digest.lines.len() < Digest::MAX_LINES {
+                    digest.lines.push(line);
+                }
+            }
+            o.failed == 0
+        }
+        Err(e) if ci => {
+            println!("xtask test: the kernel matrix cannot run: {e:#}");
+            totals.failed += 1;
+            false
+        }
+        Err(e) => {
+            println!("xtask test: kernel matrix skipped: {e:#}");
+            totals.ignored += 1;
+            true
+        }
+    }
 }
 
 #[cfg(test)]
