@@ -14,9 +14,12 @@
 #
 # Every watch runs until what its check waits for has shown (then one second
 # more), or at most MAX seconds after its own `watch_started` line, then gets
-# SIGINT: under TCG attaching the probes takes from 10 to 35 s, and the
-# lab's sockets fill slowly, so a fixed --duration would either cut a slow
-# kernel short or make every run wait for the slowest.
+# SIGINT: under TCG attaching the probes takes from 10 to 70 s, and a lab's
+# connection starves only once its client has pushed the whole QUIC window
+# (20 MiB) and the targets' socket buffers (about 4 MiB each) through an
+# emulated CPU: 15 to 40 s after the targets stall, where a real machine
+# takes 3. A fixed --duration would either cut a slow kernel short or make
+# every run wait for the slowest; the bounds are for a kernel that fails.
 set -u
 O=$1
 export O H=${HYSTALL:?HYSTALL names the binary under test} SB=${HYSTALL_SING_BOX:-}
@@ -106,8 +109,8 @@ tcp_check() {
   ( while [ ! -e "$O/tcp.go" ]; do sleep 0.3; done
     exec "$H" lab tcp --stall 2 --stall-blocking 2 --duration 60 ) > "$O/c-tcp.lab" 2>&1 < /dev/null &
   local lab=$!
-  ( wait_line '"watch_started"' "$O/c-tcp.out" 90 && touch "$O/tcp.go" ) &
-  watch_for tcp 35 tcp_seen -- --pid $lab --stall-timeout 3
+  ( wait_line '"watch_started"' "$O/c-tcp.out" 120 && touch "$O/tcp.go" ) &
+  watch_for tcp 60 tcp_seen -- --pid $lab --stall-timeout 3
   touch "$O/tcp.go"
   kill $lab 2>/dev/null
   wait
@@ -124,7 +127,7 @@ enforce_check() {
     exec "$H" lab --json --uploads 4 --target stall --listen 127.0.0.1:$port ) > "$O/c-enforce.lab" 2>&1 < /dev/null &
   local lab=$!
   ( wait_line '"watch_started"' "$O/c-enforce.out" 120 && touch "$O/enforce.go" ) &
-  watch_for enforce 60 lab_freed -- --pid $lab --port $port --stall-timeout 3 --enforce
+  watch_for enforce 120 lab_freed -- --pid $lab --port $port --stall-timeout 3 --enforce
   touch "$O/enforce.go"
   kill $lab 2>/dev/null
   wait
@@ -143,7 +146,7 @@ singbox_check() {
   ( wait_line '"watch_started"' "$O/c-singbox.out" 120 \
       && python3 "$O/singbox.py" --sing-box "$SB" --port $port --secs 120 --stop-file "$O/singbox.stop" \
            --dir "$O/singbox" > "$O/c-singbox.driver" 2>&1 ) &
-  watch_for singbox 100 singbox_seen -- --comm sing-box --port $port --stall-timeout 3
+  watch_for singbox 150 singbox_seen -- --comm sing-box --port $port --stall-timeout 3
   touch "$O/singbox.stop"
   wait
 }
@@ -158,7 +161,7 @@ watch_for fast 12 never -- --lab --lab-uploads 4 --lab-target fast --stall-timeo
 wait
 
 wave 2 stall enforce tcp singbox
-watch_for stall 60 stall_seen -- --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 &
+watch_for stall 120 stall_seen -- --lab --lab-uploads 4 --lab-target stall --stall-timeout 3 &
 enforce_check &
 tcp_check &
 singbox_check &
