@@ -45,6 +45,11 @@ pub struct SockOffsets {
     pub sk_socket: u32,
     pub socket_file: u32,
     pub file_f_flags: u32,
+    /// `sk->__sk_common.skc_cookie` (an `atomic64_t`): the socket cookie, read
+    /// directly where tracing programs may not call `bpf_get_socket_cookie`
+    /// (before Linux 5.12). Zero until something generated it (sock_diag, a
+    /// classic tcp tracepoint, or our cgroup connect hook).
+    pub skc_cookie: u32,
 }
 
 impl SockOffsets {
@@ -69,6 +74,7 @@ impl SockOffsets {
         sk_socket: 0,
         socket_file: 0,
         file_f_flags: 0,
+        skc_cookie: 0,
     };
 }
 

@@ -166,6 +166,18 @@ pub mod counter {
 pub const MAX_SOCKS: u32 = 131_072;
 pub const MAX_PIDS: u32 = 1024;
 pub const MAX_INFLIGHT: u32 = 16_384;
+
+/// Slots of the `SWITCHES` array, flipped by user space at run time.
+pub mod switch {
+    /// 1 while the syscall probes are attached (`INFLIGHT` is filled).
+    pub const SYSCALLS: u32 = 0;
+    /// 1 when no program sees the results of sends (no `sock_send_length`, no
+    /// fexit on `tcp_sendmsg`): `tcp_probe` then marks a socket blocked when
+    /// its peer's window is zero and its send buffer is full, the state in
+    /// which any write of its writer blocks (or fails with EAGAIN).
+    pub const ZERO_WINDOW: u32 = 1;
+    pub const LEN: u32 = 2;
+}
 pub const EVENTS_RING_BYTES: u32 = 1 << 20;
 
 /// TCP states used by the programs.

@@ -2,13 +2,16 @@
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        generated::bpf_get_socket_cookie,
+    },
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use hystall_common::{
     AF_INET, AF_INET6, EVENTS_RING_BYTES, FlowKey, InflightSend, MARKS_RING_BYTES, MAX_INFLIGHT, MAX_PIDS, MAX_SOCKS,
-    Mark, SendSyscalls, SockEvent, SockEventKind, SockOffsets, SockStats, TpOffsets, Tuple, counter,
+    Mark, SendSyscalls, SockEvent, SockEventKind, SockOffsets, SockStats, TpOffsets, Tuple, counter, switch,
 };
 
 /// Offsets in `struct sock`, from the running kernel's BTF.
@@ -23,6 +26,12 @@ static SEND_SYSCALLS: SendSyscalls = SendSyscalls::NONE;
 /// 1 = only processes in `PIDS` are watched; 0 = every process.
 #[unsafe(no_mangle)]
 static FILTER_PIDS: u8 = 0;
+/// 1 = tracing programs may call `bpf_get_socket_cookie` (Linux 5.12+); 0 =
+/// the cookie is read from the socket (`skc_cookie`). A constant of the
+/// frozen .rodata: the verifier drops the branch not taken, so the helper
+/// call a 5.10 kernel rejects in tracing programs is never even checked there.
+#[unsafe(no_mangle)]
+static COOKIE_HELPER: u8 = 1;
 
 /// Monitored processes (tgid → 1).
 #[map]
@@ -35,10 +44,11 @@ pub static SOCKS: LruHashMap<u64, SockStats> = LruHashMap::with_max_entries(MAX_
 /// a send never reaches sys_exit, and its entry must not pin a slot.
 #[map]
 pub static INFLIGHT: LruHashMap<u32, InflightSend> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
-/// Switches user space flips at run time: [0] = 1 while the syscall probes
-/// are attached (until then `INFLIGHT` is empty and sends skip its lookup).
+/// Switches user space flips at run time (`hystall_common::switch`): [0] = 1
+/// while the syscall probes are attached (until then `INFLIGHT` is empty and
+/// sends skip its lookup); [1] = 1 when blocks are read from zero windows.
 #[map]
-pub static SWITCHES: Array<u32> = Array::with_max_entries(1, 0);
+pub static SWITCHES: Array<u32> = Array::with_max_entries(switch::LEN, 0);
 /// State-change events for user space.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
@@ -66,6 +76,26 @@ pub fn tp_offsets() -> TpOffsets {
 #[inline(always)]
 pub fn send_syscalls() -> SendSyscalls {
     unsafe { core::ptr::read_volatile(&SEND_SYSCALLS) }
+}
+
+/// The cookie of `sk` (the key of `SOCKS`, what sock_diag and SOCK_DESTROY
+/// take), or 0 when the kernel has not generated one yet (only where it is
+/// read from the socket: see `COOKIE_HELPER`).
+#[inline(always)]
+pub fn sk_cookie(sk: *const u8, offs: &SockOffsets) -> u64 {
+    if unsafe { core::ptr::read_volatile(&COOKIE_HELPER) } != 0 {
+        unsafe { bpf_get_socket_cookie(sk as *mut _) }
+    } else if offs.skc_cookie != 0 {
+        unsafe { read_at::<u64>(sk, offs.skc_cookie) }
+    } else {
+        0
+    }
+}
+
+/// Whether user space turned switch `idx` on.
+#[inline(always)]
+pub fn switched_on(idx: u32) -> bool {
+    SWITCHES.get(idx).copied().unwrap_or(0) != 0
 }
 
 #[inline(always)]
@@ -223,6 +253,28 @@ pub fn track_sock(cookie: u64, sk: *const u8, offs: &SockOffsets, now: u64, flag
     Some(st)
 }
 
+/// Whether the send buffer of `sk` is full (`sk_wmem_queued >= sk_sndbuf`):
+/// a writer's next send cannot queue anything and blocks (or fails with
+/// EAGAIN) until the peer acknowledges data.
+#[inline(always)]
+pub fn buffer_full(sk: *const u8, offs: &SockOffsets) -> bool {
+    let queued: i32 = unsafe { read_at(sk, offs.sk_wmem_queued) };
+    let sndbuf: i32 = unsafe { read_at(sk, offs.sk_sndbuf) };
+    offs.sk_sndbuf != 0 && sndbuf > 0 && queued >= sndbuf
+}
+
+/// Whether a writer waiting on `sk` stays waiting: the kernel wakes it (and
+/// epoll reports the socket writable) only once the free space is at least
+/// half the queued bytes (`sk_stream_is_writeable`: `sk_sndbuf -
+/// sk_wmem_queued >= sk_wmem_queued / 2`). Send buffer autotuning may grow
+/// `sk_sndbuf` after the writer parked, so "full" is the wrong test here.
+#[inline(always)]
+pub fn not_writeable(sk: *const u8, offs: &SockOffsets) -> bool {
+    let queued: i32 = unsafe { read_at(sk, offs.sk_wmem_queued) };
+    let sndbuf: i32 = unsafe { read_at(sk, offs.sk_sndbuf) };
+    offs.sk_sndbuf != 0 && queued > 0 && sndbuf.saturating_sub(queued) < queued / 2
+}
+
 /// Whether the socket's fd is in blocking mode (`sk->sk_socket->file->f_flags`
 /// without `O_NONBLOCK`). Read when a socket is first tracked and when its
 /// peer's window closes (`tcp_probe`), not per send. Go, tokio and most proxies
@@ -247,7 +299,7 @@ pub fn fd_blocking(sk: *const u8, offs: &SockOffsets) -> bool {
 /// syscall probes are not attached, which is the usual case).
 #[inline(always)]
 pub fn inflight(tid: u32) -> Option<InflightSend> {
-    if SWITCHES.get(0).copied().unwrap_or(0) == 0 {
+    if !switched_on(switch::SYSCALLS) {
         return None;
     }
     unsafe { INFLIGHT.get(&tid) }.copied()

@@ -1,39 +1,63 @@
-//! `sock_send_length` (BTF tracepoint): the result of every send on a socket.
+//! The result of every send on a TCP socket, from whichever hook the running
+//! kernel has (user space attaches one, `sources::kernel::probes`):
 //!
-//! Runs in the writer's context at the end of `sock_sendmsg`, so the tgid is the
-//! owner's. Go servers write on non-blocking sockets: a stalled Write is one
-//! `-EAGAIN` and then nothing, so "blocked since" is the first failed (or short)
-//! send after the last send that moved all its bytes.
+//! - `sock_send_length` (BTF tracepoint, Linux 6.4+) at the end of
+//!   `sock_sendmsg`;
+//! - else fexit on `tcp_sendmsg` (BTF trampolines, 5.5+; not on every build:
+//!   our 6.18 development kernel attaches neither fentry nor fexit).
+//!
+//! Both run in the writer's context, so the tgid is the owner's. Go servers
+//! write on non-blocking sockets: a stalled Write is one `-EAGAIN` and then
+//! nothing, so "blocked since" is the first failed (or short) send after the
+//! last send that moved all its bytes.
 
-use aya_ebpf::{helpers::generated::bpf_get_socket_cookie, macros::btf_tracepoint, programs::BtfTracePointContext};
+use aya_ebpf::{
+    macros::{btf_tracepoint, fexit},
+    programs::{BtfTracePointContext, FExitContext},
+};
 use hystall_common::{MARK_SEND, SOCK_OUTBOUND, SockEventKind, SockStats, crossed};
 
 use crate::maps::{
-    SOCKS, current_ids, emit, inflight, is_tcp, mark, monitored, now_ns, read_at, send_syscalls, sock_offsets,
-    track_sock,
+    SOCKS, buffer_full, current_ids, emit, inflight, is_tcp, mark, monitored, now_ns, send_syscalls, sk_cookie,
+    sock_offsets, track_sock,
 };
 
 const EAGAIN: i32 = 11;
 
 #[btf_tracepoint(function = "sock_send_length")]
 pub fn sock_send_length(ctx: BtfTracePointContext) -> i32 {
-    match try_sock_send_length(&ctx) {
+    let sk: *const u8 = ctx.arg(0);
+    let ret: i32 = ctx.arg(1);
+    match on_send(sk, ret) {
         Ok(()) | Err(()) => 0,
     }
 }
 
-fn try_sock_send_length(ctx: &BtfTracePointContext) -> Result<(), ()> {
+/// `int tcp_sendmsg(struct sock *sk, struct msghdr *msg, size_t size)`: an
+/// fexit program sees the arguments, then the return value as one more.
+#[fexit(function = "tcp_sendmsg")]
+pub fn tcp_sendmsg_exit(ctx: FExitContext) -> i32 {
+    let sk: *const u8 = ctx.arg(0);
+    let ret: i64 = ctx.arg(3);
+    match on_send(sk, ret as i32) {
+        Ok(()) | Err(()) => 0,
+    }
+}
+
+fn on_send(sk: *const u8, ret: i32) -> Result<(), ()> {
     let (tgid, tid) = current_ids();
     if !monitored(tgid) {
         return Err(());
     }
-    let sk: *const u8 = ctx.arg(0);
-    let ret: i32 = ctx.arg(1);
     let offs = sock_offsets();
     if sk.is_null() || !is_tcp(sk, &offs) {
         return Err(());
     }
-    let cookie = unsafe { bpf_get_socket_cookie(sk as *mut _) };
+    let cookie = sk_cookie(sk, &offs);
+    if cookie == 0 {
+        // No cookie yet (kernels before 5.12 only): nothing could join it.
+        return Err(());
+    }
     let now = now_ns();
 
     let stats: *mut SockStats = match SOCKS.get_ptr_mut(&cookie) {
@@ -52,11 +76,7 @@ fn try_sock_send_length(ctx: &BtfTracePointContext) -> Result<(), ()> {
         Some(f) if send_syscalls().has_count(f.nr) => f.count,
         _ => 0,
     };
-    let buffer_full = {
-        let queued: i32 = unsafe { read_at(sk, offs.sk_wmem_queued) };
-        let sndbuf: i32 = unsafe { read_at(sk, offs.sk_sndbuf) };
-        offs.sk_sndbuf != 0 && sndbuf > 0 && queued >= sndbuf
-    };
+    let full = buffer_full(sk, &offs);
 
     if ret > 0 {
         // Byte marks of target sockets only (the process connected them):
@@ -67,7 +87,7 @@ fn try_sock_send_length(ctx: &BtfTracePointContext) -> Result<(), ()> {
         st.send_bytes += ret as u64;
         st.last_send_ns = now;
         st.last_errno = 0;
-        if asked > ret as u64 || buffer_full {
+        if asked > ret as u64 || full {
             st.short_sends += 1;
             if st.blocked_since_ns == 0 {
                 st.blocked_since_ns = now;

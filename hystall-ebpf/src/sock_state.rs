@@ -1,19 +1,39 @@
 //! Socket lifecycle: `inet_sock_set_state` (BTF tracepoint, for the cookie) and
-//! `tcp/tcp_destroy_sock` (classic, it carries the cookie).
+//! `tcp/tcp_destroy_sock` (classic, it carries the cookie), and the cgroup
+//! connect hooks that make the kernel generate a cookie where tracing programs
+//! cannot ask for one (before Linux 5.12).
 //!
 //! CLOSE → SYN_SENT happens inside connect(), in the connecting task: that is how
 //! an outbound target socket of a monitored process is told from an accepted one.
 
 use aya_ebpf::{
     helpers::generated::bpf_get_socket_cookie,
-    macros::{btf_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, TracePointContext},
+    macros::{btf_tracepoint, cgroup_sock_addr, tracepoint},
+    programs::{BtfTracePointContext, SockAddrContext, TracePointContext},
 };
 use hystall_common::{SOCK_OUTBOUND, SockEventKind, TCP_CLOSE, TCP_SYN_SENT};
 
 use crate::maps::{
-    SOCKS, current_ids, emit, is_tcp, monitored, now_ns, read_tuple, sock_offsets, tp_offsets, track_sock,
+    SOCKS, current_ids, emit, is_tcp, monitored, now_ns, read_tuple, sk_cookie, sock_offsets, tp_offsets, track_sock,
 };
+
+/// Before Linux 5.12 a tracing program reads the cookie from the socket, and
+/// the kernel makes one only when something asks (sock_diag, SO_COOKIE...):
+/// at `connect()` nobody has, and `inet_sock_set_state` would find 0. These
+/// cgroup hooks run in `connect()` just before the socket enters SYN_SENT and
+/// ask for it (`bpf_get_socket_cookie` is allowed here since 5.0). They never
+/// change the connect: 1 = let it proceed.
+#[cgroup_sock_addr(connect4)]
+pub fn cookie_connect4(ctx: SockAddrContext) -> i32 {
+    unsafe { bpf_get_socket_cookie(ctx.sock_addr as *mut _) };
+    1
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn cookie_connect6(ctx: SockAddrContext) -> i32 {
+    unsafe { bpf_get_socket_cookie(ctx.sock_addr as *mut _) };
+    1
+}
 
 #[btf_tracepoint(function = "inet_sock_set_state")]
 pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> i32 {
@@ -30,7 +50,11 @@ fn try_set_state(ctx: &BtfTracePointContext) -> Result<(), ()> {
     if sk.is_null() || !is_tcp(sk, &offs) {
         return Err(());
     }
-    let cookie = unsafe { bpf_get_socket_cookie(sk as *mut _) };
+    let cookie = sk_cookie(sk, &offs);
+    if cookie == 0 {
+        // Not generated (before 5.12, a socket nobody asked about): not ours.
+        return Err(());
+    }
     let now = now_ns();
     let arg = ((old as u32 & 0xff) << 8) | (new as u32 & 0xff);
 

@@ -5,10 +5,10 @@
 //! zero window forever. BTF, not the classic tracepoint: this fires for every
 //! incoming segment of the machine, and a classic one builds a record each time.
 
-use aya_ebpf::{helpers::generated::bpf_get_socket_cookie, macros::btf_tracepoint, programs::BtfTracePointContext};
-use hystall_common::{SOCK_BLOCKING, SOCK_ZERO_WINDOW, SockEventKind};
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use hystall_common::{SOCK_BLOCKING, SOCK_ZERO_WINDOW, SockEventKind, switch};
 
-use crate::maps::{SOCKS, emit, fd_blocking, now_ns, read_at, sock_offsets};
+use crate::maps::{SOCKS, emit, fd_blocking, not_writeable, now_ns, read_at, sk_cookie, sock_offsets, switched_on};
 
 #[btf_tracepoint(function = "tcp_probe")]
 pub fn tcp_probe(ctx: BtfTracePointContext) -> i32 {
@@ -22,11 +22,11 @@ fn try_tcp_probe(ctx: &BtfTracePointContext) -> Result<(), ()> {
     if sk.is_null() {
         return Err(());
     }
+    let offs = sock_offsets();
     // Cheapest test first: most segments belong to sockets we do not track.
-    let cookie = unsafe { bpf_get_socket_cookie(sk as *mut _) };
+    let cookie = sk_cookie(sk, &offs);
     let stats = SOCKS.get_ptr_mut(&cookie).ok_or(())?;
     let st = unsafe { &mut *stats };
-    let offs = sock_offsets();
     // The values before this segment is processed, as the tracepoint sees them.
     let una: u32 = unsafe { read_at(sk, offs.tcp_snd_una) };
     let nxt: u32 = unsafe { read_at(sk, offs.tcp_snd_nxt) };
@@ -60,6 +60,17 @@ fn try_tcp_probe(ctx: &BtfTracePointContext) -> Result<(), ()> {
         if is_zero && st.flags & SOCK_BLOCKING == 0 && fd_blocking(sk, &offs) {
             st.flags |= SOCK_BLOCKING;
             emit(SockEventKind::Blocking, 0, now, cookie, stats);
+        }
+    }
+    if switched_on(switch::ZERO_WINDOW) {
+        let parked = not_writeable(sk, &offs);
+        if is_zero && parked && st.blocked_since_ns == 0 {
+            st.blocked_since_ns = now;
+            emit(SockEventKind::Blocked, 0, now, cookie, stats);
+        } else if !parked && st.blocked_since_ns != 0 {
+            // Room in the buffer again: the writer is woken and goes on.
+            st.blocked_since_ns = 0;
+            emit(SockEventKind::Unblocked, 0, now, cookie, stats);
         }
     }
     Ok(())

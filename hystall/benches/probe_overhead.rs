@@ -42,7 +42,7 @@ use std::os::fd::AsRawFd as _;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use hystall::sources::probes::{ProbeConfig, Probes};
+use hystall::sources::kernel::probes::{ProbeConfig, Probes};
 
 use common::{PROBE_NAMES, Settings, median};
 

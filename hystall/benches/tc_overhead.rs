@@ -55,8 +55,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use hystall::sources::probes::tc::Iface;
-use hystall::sources::probes::{ProbeConfig, Probes};
+use hystall::sources::kernel::probes::tc::Iface;
+use hystall::sources::kernel::probes::{ProbeConfig, Probes};
 use hystall_common::{AF_INET, CLASS_ACK, CLASS_FULL, DIR_C2S, DIR_S2C, size_class};
 
 use common::{PROBE_NAMES, Settings, median, per_sec};

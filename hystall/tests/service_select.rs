@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::cgroups::Cgroups;
 use common::{Proc, root_or_skip, tcp_lab};
-use hystall::sources::cgroup::systemd_running;
+use hystall::sources::processes::cgroup::systemd_running;
 use serde_json::Value;
 
 fn stalled_pids(events: &[Value]) -> BTreeSet<u64> {

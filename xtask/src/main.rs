@@ -5,6 +5,7 @@
 mod bench;
 mod build;
 mod clippy;
+mod dist;
 mod fmt;
 mod fuzz;
 mod install;
@@ -37,8 +38,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test),
-    /// then, without extra args, the kernel matrix (`vm`; HYSTALL_VM=0 skips it).
+    /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test);
+    /// without extra args, also build and check the artifacts of `dist`, then run the kernel
+    /// matrix (`vm`, on the dist binary; HYSTALL_VM=0 skips it).
     Test {
         /// Extra arguments for cargo test, after `--` (e.g. `-- stall -- --nocapture`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -71,6 +73,10 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
+    /// Set up, then build what a node installs without a toolchain, in target/dist/: a
+    /// static x86_64 binary (musl, eBPF inside), a .deb (binary, systemd unit, user)
+    /// and SHA256SUMS; then check them.
+    Dist,
     /// The kernel matrix: boot Debian's kernels (5.10, 6.1, 6.1-rt, 6.12) under qemu
     /// with the host's root read-only over 9p, run the check set as root inside, and
     /// run it on this host as the control; one line per check, then a table.
@@ -93,6 +99,7 @@ fn main() {
         Task::Clippy => clippy::clippy(),
         Task::Fmt { check } => fmt::fmt(check),
         Task::Install => install::install(),
+        Task::Dist => dist::dist(),
         Task::Vm(args) => vm::vm(&args),
     };
     if let Err(e) = result {

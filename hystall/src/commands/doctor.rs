@@ -15,8 +15,8 @@ use ::caps::Capability;
 
 use super::caps;
 use crate::cli::DoctorArgs;
-use crate::sources::probes::{ProbeConfig, Probes, btf, tracefs};
-use crate::sources::sockdiag::SockDiag;
+use crate::sources::kernel::probes::{ProbeConfig, Probes, btf, send_path::SendPath, tracefs};
+use crate::sources::processes::sockdiag::SockDiag;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -104,7 +104,11 @@ pub fn checks() -> Vec<Check> {
     });
     if let Ok(root) = &tfs {
         for (cat, name, what) in [
-            ("sock", "sock_send_length", "send results (non-blocking writers); added in Linux 6.4"),
+            (
+                "sock",
+                "sock_send_length",
+                "send results (non-blocking writers; fexit on tcp_sendmsg or zero windows stand in); added in Linux 6.4",
+            ),
             ("sock", "inet_sock_set_state", "connect and close of target sockets"),
             ("tcp", "tcp_probe", "ACK progress and peer window"),
             ("tcp", "tcp_destroy_sock", "socket close"),
@@ -113,6 +117,14 @@ pub fn checks() -> Vec<Check> {
             let ok = tracefs::exists(root, cat, name);
             out.push(if ok {
                 check(&format!("tracepoint {cat}/{name}"), Status::Ok, what, None)
+            } else if name == "sock_send_length" {
+                // Not a loss by itself: the "send results" line says what stands in.
+                check(
+                    &format!("tracepoint {cat}/{name}"),
+                    Status::Ok,
+                    "absent (added in Linux 6.4): see \"send results\" for what stands in",
+                    None,
+                )
             } else {
                 check(&format!("tracepoint {cat}/{name}"), Status::Degraded, format!("absent: loses {what}"), None)
             });
@@ -136,6 +148,15 @@ pub fn checks() -> Vec<Check> {
                         )
                     });
                 }
+                let sp = crate::sources::kernel::probes::send_path::info(p.send_path);
+                let status = match p.send_path {
+                    Some(SendPath::Tracepoint | SendPath::Fexit) => Status::Ok,
+                    _ => Status::Degraded,
+                };
+                let advice = (status != Status::Ok).then_some(
+                    "a kernel with the sock_send_length tracepoint (6.4+) or fexit (BTF trampolines) sees every send's result",
+                );
+                out.push(check(&format!("send results ({})", sp.path), status, sp.note, advice));
                 out.push(match p.take_events() {
                     Ok(_) => check("ring buffer", Status::Ok, "BPF_MAP_TYPE_RINGBUF created", None),
                     Err(e) => {
@@ -167,10 +188,10 @@ pub fn checks() -> Vec<Check> {
         check("TC attach", Status::Ok, "clsact qdisc (TCX needs Linux 6.6+)", None)
     });
     out.push(check(
-        "kprobes/fentry",
+        "kprobes",
         Status::Ok,
         format!(
-            "not used (kprobes {}present); hystall needs only tracepoints, tp_btf, TC and sock_diag",
+            "not used (kprobes {}present); hystall needs tracepoints, tp_btf, TC and sock_diag, and fexit on tcp_sendmsg only where sock_send_length is absent",
             if Path::new("/sys/kernel/tracing/kprobe_events").exists() { "" } else { "not " }
         ),
         None,
@@ -182,7 +203,7 @@ pub fn checks() -> Vec<Check> {
 /// proxies running, and their UDP ports (server ports at once, or candidates
 /// that a client's Initial will show), or why nothing QUIC would be watched.
 fn quic_servers_check() -> Check {
-    use crate::sources::{procs, quic, server_ports::ServerPorts};
+    use crate::sources::{discovery::server_ports::ServerPorts, kernel::quic, processes::procs};
     const NAME: &str = "QUIC servers";
     let advice = Some("select the proxy (--pid, --comm, --unit) or name its port with --port P");
     let mode = match procs::Mode::from_selection(&[], &[], &[]) {
@@ -206,7 +227,7 @@ fn quic_servers_check() -> Check {
         Err(e) => return check(NAME, Status::Missing, format!("sock_diag: {e}"), None),
     };
     let mut ports = ServerPorts::new(Default::default(), quic::ephemeral_range(), true);
-    ports.set_configured(pids.iter().flat_map(|&p| crate::sources::proxy_config::ports_of(p)).collect());
+    ports.set_configured(pids.iter().flat_map(|&p| crate::sources::discovery::proxy_config::ports_of(p)).collect());
     ports.update(&socks);
     let info = ports.info("doctor".into());
     let who = format!("{} ({} process(es))", comms.join(", "), pids.len());
@@ -236,7 +257,7 @@ fn quic_servers_check() -> Check {
 /// known proxies running now (each one's Go symbol table is read, and the
 /// uprobe attached and detached).
 fn decrypt_checks(p: &mut Probes) -> Vec<Check> {
-    use crate::sources::{decrypt::uprobes::Uprobes, procs};
+    use crate::sources::{decrypt::uprobes::Uprobes, processes::procs};
     const NAME: &str = "--decrypt";
     if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
         return vec![check(

@@ -9,7 +9,7 @@ use anyhow::Result;
 use super::pipeline::Pipeline;
 use crate::core::event::Stamped;
 use crate::sinks::metrics::{Exporter, Kernel, ProbeGauge, Snapshot, Totals};
-use crate::sources::probes::{is_waiting, stats::StatsGuard};
+use crate::sources::kernel::probes::{is_waiting, stats::StatsGuard};
 
 /// A scrape sees figures at most this old. Building them walks every
 /// connection and socket and reads every program's statistics: on a node,

@@ -23,7 +23,7 @@ pub fn running() -> Vec<(u32, bool)> {
 
 /// The arguments of `pid` when it is a hystall monitor.
 fn monitor_args(pid: u32) -> Option<Vec<String>> {
-    if crate::sources::procs::comm_of(pid).as_deref() != Some("hystall") {
+    if crate::sources::processes::procs::comm_of(pid).as_deref() != Some("hystall") {
         return None;
     }
     let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;

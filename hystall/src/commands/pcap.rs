@@ -1,5 +1,5 @@
 //! `hystall pcap FILE`: a capture judged by the same model and detector as a
-//! live node (sources/offline rebuilds what the probes would have seen), then
+//! live node (sources/captures/offline rebuilds what the probes would have seen), then
 //! a report, JSON lines like `watch`, and a picture of the timeline.
 
 use std::cell::RefCell;
@@ -22,8 +22,8 @@ use crate::core::time::{Mono, WallClock};
 use crate::core::timeline::{ModelOptions, Player};
 use crate::sinks::lines::{Format, Lines};
 use crate::sinks::report::{self, ConnReport, DecryptFigures, Report};
-use crate::sources::capture::CaptureReader;
-use crate::sources::offline::{self, BUCKET, Converter, Summary};
+use crate::sources::captures::capture::CaptureReader;
+use crate::sources::captures::offline::{self, BUCKET, Converter, Summary};
 
 /// Capture time is Unix time: Mono values are Unix nanoseconds.
 pub const CAPTURE_CLOCK: WallClock = WallClock::fixed(0);

@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::core::quic::KeyLog;
 use crate::core::timeline::ModelOptions;
 use crate::sinks::report::Report;
-use crate::sources::capture::{CaptureError, CaptureReader};
-use crate::sources::offline::{self, Converter};
+use crate::sources::captures::capture::{CaptureError, CaptureReader};
+use crate::sources::captures::offline::{self, Converter};
 
 /// The `hystall pcap` defaults (cli.rs `PcapArgs`): 10 s stall timeout, 30 s QUIC
 /// idle, 8 MiB stream and 20 MiB connection windows.

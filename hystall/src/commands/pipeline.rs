@@ -21,8 +21,8 @@ use crate::sinks::enforcer::{Executor, syslog};
 use crate::sinks::recorder::Recorder;
 use crate::sources::decrypt::DecryptOptions;
 use crate::sources::live::{Live, QuicOptions};
-use crate::sources::procs::Mode;
-use crate::sources::{clash_api, hysteria_api};
+use crate::sources::processes::procs::Mode;
+use crate::sources::{apis::clash_api, apis::hysteria_api};
 
 /// How often verdicts are re-judged: the latency of `socket_stalled` after the
 /// timeout expires is at most this.
@@ -63,7 +63,7 @@ impl Pipeline {
         caps::require(needs)?;
         let mut warnings: Vec<String> =
             super::others::check(enforce.enforce && !enforce.dry_run)?.into_iter().collect();
-        let cgroups = crate::sources::cgroup::resolve(&sel.cgroups, &sel.units)?;
+        let cgroups = crate::sources::processes::cgroup::resolve(&sel.cgroups, &sel.units)?;
         // --lab: the lab's process is the one to watch, its QUIC port the server port.
         let mut lab = if lab.lab { Some(LabChild::start(lab, lab_echo)?) } else { None };
         let mut sel = sel.clone();
@@ -99,7 +99,8 @@ impl Pipeline {
             all_processes: !mode.filters(),
             stall_timeout_ms: options.stall_timeout_ms,
             probes: live.probe_status().to_vec(),
-            blocked_writers: Some(crate::sources::parked::METHOD.into()),
+            blocked_writers: Some(crate::sources::processes::parked::METHOD.into()),
+            send_path: Some(live.send_path_info()),
             quic: Some(live.quic_ports("start")),
             warnings,
             decrypt: live.decrypt_info(),

@@ -25,8 +25,8 @@ pub struct Timeline {
 }
 
 pub fn open(path: &Path, keylog: Option<&Path>, sel: &Selection) -> Result<Timeline> {
-    if crate::sources::replay::is_recording(path) {
-        let rec = crate::sources::replay::open_recording(path)?;
+    if crate::sources::captures::replay::is_recording(path) {
+        let rec = crate::sources::captures::replay::open_recording(path)?;
         let h = &rec.header;
         let (err, truncated) = (rec.error.clone(), rec.truncated.clone());
         let name = path.display().to_string();

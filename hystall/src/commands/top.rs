@@ -266,6 +266,7 @@ fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
         probes_attached: Vec::new(),
         probes_degraded: Vec::new(),
         probes_on_demand: Vec::new(),
+        send_path: String::new(),
         quic_ports: String::new(),
         quic_note: None,
         events_per_sec: 0.0,
@@ -278,11 +279,15 @@ fn replay_header(r: &ReplayFeed, clock: &WallClock, refresh_ms: u64) -> Header {
 }
 
 fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Header {
-    use crate::sources::probes::is_waiting;
+    use crate::sources::kernel::probes::is_waiting;
     let status = p.live.probe_status();
     let quic = p.live.quic_ports("now");
-    let mut processes: Vec<(u32, String)> =
-        p.live.pids.iter().map(|&pid| (pid, crate::sources::procs::comm_of(pid).unwrap_or_default())).collect();
+    let mut processes: Vec<(u32, String)> = p
+        .live
+        .pids
+        .iter()
+        .map(|&pid| (pid, crate::sources::processes::procs::comm_of(pid).unwrap_or_default()))
+        .collect();
     processes.sort();
     Header {
         node: node.to_owned(),
@@ -294,6 +299,7 @@ fn header(p: &Pipeline, node: &str, events_per_sec: f64, refresh_ms: u64) -> Hea
             .map(|s| (s.name.clone(), s.note.clone().unwrap_or_default()))
             .collect(),
         probes_on_demand: status.iter().filter(|s| is_waiting(s)).map(|s| s.name.clone()).collect(),
+        send_path: p.live.send_path_info().path,
         quic_ports: short_list(quic.ports.iter().map(|p| p.port.as_str())),
         quic_note: quic.note,
         events_per_sec,

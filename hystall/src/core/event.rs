@@ -95,6 +95,10 @@ pub struct StartInfo {
     /// How writers parked inside a send syscall are found (live runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_writers: Option<String>,
+    /// How blocked writers of non-blocking sockets are seen on this kernel
+    /// (live runs): `tracepoint`, `fexit` or `zero_window`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_path: Option<SendPathInfo>,
     /// The QUIC server ports watched at the start (live runs; absent offline).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicPortsInfo>,
@@ -105,6 +109,15 @@ pub struct StartInfo {
     /// `--decrypt`: whose secrets are read (absent without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decrypt: Option<DecryptInfo>,
+}
+
+/// The probe path that sees blocked writers (`watch_started.send_path`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SendPathInfo {
+    /// `tracepoint`, `fexit`, `zero_window`, or `none`.
+    pub path: String,
+    /// What it is, in one line.
+    pub note: String,
 }
 
 /// What `--decrypt` reads: in `watch_started`, `decrypt_changed` and `top`.
@@ -215,6 +228,7 @@ impl StartInfo {
             stall_timeout_ms,
             probes: Vec::new(),
             blocked_writers: None,
+            send_path: None,
             quic: None,
             warnings: Vec::new(),
             decrypt: None,

@@ -390,6 +390,60 @@ mod tests {
         assert_eq!(t.get(1).unwrap().verdict, Verdict::Slow);
     }
 
+    /// The zero-window path (no send-result probe): `tcp_probe` reports the
+    /// block when the peer's window is zero and the writer cannot be woken,
+    /// with no send seen at all (a writer parked since before), and each
+    /// zero-window probe reply after it brings nothing new.
+    fn zero_window(cookie: u64, at: f64, change: SockChange, blocked_since: Option<f64>, last_ack: f64) -> Observation {
+        let mut k = sample(cookie);
+        k.peer_window = 0;
+        k.blocked_since = blocked_since.map(s);
+        k.last_ack = Some(s(last_ack));
+        k.acks = 3;
+        Observation::Sock { at: s(at), change, sample: k }
+    }
+
+    #[test]
+    fn a_zero_window_block_with_no_send_seen_stalls_at_the_timeout_and_recovers_when_the_peer_reads() {
+        let mut t = table(3.0);
+        // The window closed at 0.9 (the last ACK); the block is seen at the
+        // next probe reply, 1.0; replies at the sender's backoff bring nothing.
+        t.apply(zero_window(1, 1.0, SockChange::Blocked, Some(1.0), 0.9));
+        for at in [1.4, 2.2, 3.8] {
+            t.apply(zero_window(1, at, SockChange::Poll, Some(1.0), 0.9));
+        }
+        assert!(run(&mut t, 1.0, 3.8).is_empty());
+        let ev = run(&mut t, 4.0, 6.0);
+        assert_eq!(names(&ev), ["socket_stalled"]);
+        let Event::SocketStalled(info) = &ev[0].event else { unreachable!() };
+        assert_eq!((info.blocked_ms, info.peer_window), (3000, 0));
+        // The peer reads: the window opens, snd_una moves, the buffer drains
+        // below what wakes the writer (Unblocked).
+        let mut k = sample(1);
+        k.peer_window = 65_536;
+        k.last_ack = Some(s(6.1));
+        t.apply(Observation::Sock { at: s(6.1), change: SockChange::Unblocked, sample: k });
+        assert_eq!(names(&run(&mut t, 6.2, 12.0)), ["socket_recovered"]);
+    }
+
+    #[test]
+    fn a_slow_reader_seen_through_zero_windows_is_never_stalled() {
+        let mut t = table(3.0);
+        let mut events = Vec::new();
+        // Every 2 s the reader takes a little: the window opens (progress,
+        // unblocked), the writer fills it, it closes again (blocked).
+        for round in 0..30 {
+            let t0 = round as f64 * 2.0;
+            t.apply(zero_window(1, t0, SockChange::Blocked, Some(t0), t0));
+            events.extend(run(&mut t, t0, t0 + 1.8));
+            let mut k = sample(1);
+            k.peer_window = 4096;
+            k.last_ack = Some(s(t0 + 1.9));
+            t.apply(Observation::Sock { at: s(t0 + 1.9), change: SockChange::Unblocked, sample: k });
+        }
+        assert!(events.is_empty(), "{:?}", names(&events));
+    }
+
     #[test]
     fn closing_a_stalled_socket_is_reported_and_forgotten_but_a_healthy_close_is_silent() {
         let mut t = table(2.0);

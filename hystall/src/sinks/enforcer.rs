@@ -7,8 +7,8 @@
 use std::ffi::CString;
 
 use crate::core::enforce::Decision;
-use crate::sources::procs;
-use crate::sources::sockdiag::{DiagError, SockDiag};
+use crate::sources::processes::procs;
+use crate::sources::processes::sockdiag::{DiagError, SockDiag};
 
 pub struct Executor {
     diag: SockDiag,

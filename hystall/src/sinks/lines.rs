@@ -164,8 +164,11 @@ fn text(e: &Event) -> String {
                 i.stall_timeout_ms as f64 / 1000.0,
                 attached.join(" ")
             );
+            if let Some(sp) = &i.send_path {
+                s.push_str(&format!("\n          SENDS {}: {}", sp.path, sp.note));
+            }
             for p in i.probes.iter().filter(|p| !p.attached) {
-                let tag = if crate::sources::probes::is_waiting(p) { "ON DEMAND" } else { "DEGRADED" };
+                let tag = if crate::sources::kernel::probes::is_waiting(p) { "ON DEMAND" } else { "DEGRADED" };
                 s.push_str(&format!("\n          {tag} {}: {}", p.name, p.note.as_deref().unwrap_or("not attached")));
             }
             if let Some(q) = &i.quic {

@@ -13,17 +13,17 @@ use netlink_packet_sock_diag::inet::StateFlags;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use super::blocking::BlockingWriters;
-use super::flow_map::FlowMap;
-use super::probes::tc::Iface;
-use super::probes::upkeep::MapFill;
-use super::probes::{ProbeConfig, ProbeError, Probes};
-use super::procs::{self, Mode};
-use super::quic;
-use super::seed;
-use super::server_ports::ServerPorts;
-use super::sockdiag::SockDiag;
-use super::udp_rescan::UdpRescan;
+use super::discovery::server_ports::ServerPorts;
+use super::discovery::udp_rescan::UdpRescan;
+use super::kernel::flow_map::FlowMap;
+use super::kernel::probes::tc::Iface;
+use super::kernel::probes::upkeep::MapFill;
+use super::kernel::probes::{ProbeConfig, ProbeError, Probes};
+use super::kernel::quic;
+use super::processes::blocking::BlockingWriters;
+use super::processes::procs::{self, Mode};
+use super::processes::seed;
+use super::processes::sockdiag::SockDiag;
 use crate::core::event::{ProbeStatus, QuicPortsInfo};
 use crate::core::flows::FlowId;
 use crate::core::observation::{ByteMark, InflightSample, Observation, SendCount, SockChange, SockSample};
@@ -102,7 +102,7 @@ pub struct Live {
     /// reads without our deleting them): the map is too small for the node.
     flows_evicted: u64,
     /// The names of the flows that moved (taken with the samples' ring).
-    moved: Option<super::probes::moved::Moved>,
+    moved: Option<super::kernel::probes::moved::Moved>,
     /// The last whole read of the flow map (ZERO: none yet).
     last_whole: Mono,
     /// Names lost to a full ring, and the server ports, as of the last whole
@@ -112,13 +112,13 @@ pub struct Live {
     /// Socket inodes → the watched process holding them (fds read only for
     /// new sockets; one walk serves the UDP candidates and the start-up
     /// blocking TCP check).
-    fd_owners: super::fd_owners::FdOwners,
+    fd_owners: super::processes::fd_owners::FdOwners,
     /// The watched processes that hold blocking TCP sockets (their threads
     /// are read for writers parked inside a send).
     blocking: BlockingWriters,
     /// Whether it held none at the last look (the first one re-seeds).
     blocking_was_empty: bool,
-    parked: super::parked::ParkedWriters,
+    parked: super::processes::parked::ParkedWriters,
     send_calls: Option<hystall_common::SendSyscalls>,
     last_upkeep: Mono,
     /// Kernel map occupancy as of the last upkeep.
@@ -199,7 +199,7 @@ impl Live {
             blocking: BlockingWriters::default(),
             blocking_was_empty: true,
             parked: Default::default(),
-            send_calls: super::probes::syscalls::send_syscalls(),
+            send_calls: super::kernel::probes::syscalls::send_syscalls(),
             last_upkeep: Mono::ZERO,
             map_fill: Vec::new(),
             flows_counted: None,
@@ -252,7 +252,7 @@ impl Live {
             // Configs are read once per process (a restart is a new pid).
             self.configs.retain(|pid, _| self.pids.contains(pid));
             for &pid in &self.pids {
-                self.configs.entry(pid).or_insert_with(|| super::proxy_config::ports_of(pid));
+                self.configs.entry(pid).or_insert_with(|| super::discovery::proxy_config::ports_of(pid));
             }
             self.servers.set_configured(self.configs.values().flatten().cloned().collect());
             self.servers.update(&socks);
@@ -261,9 +261,9 @@ impl Live {
         let now = crate::core::time::mono_now();
         if self.servers.counts().0 > 0 && (self.last_nft == Mono::ZERO || now.since(self.last_nft) >= NFT_EVERY) {
             self.last_nft = now;
-            match super::nft::read() {
+            match super::discovery::nft::read() {
                 Ok(r) => self.servers.set_redirects(r),
-                Err(super::nft::NftError::NotInstalled) => {}
+                Err(super::discovery::nft::NftError::NotInstalled) => {}
                 Err(e) => tracing::debug!("port-hopping rules not read: {e}"),
             }
         }
@@ -352,8 +352,13 @@ impl Live {
         &self.probes.status
     }
 
+    /// How blocked writers of non-blocking sockets are seen here.
+    pub fn send_path_info(&self) -> crate::core::event::SendPathInfo {
+        super::kernel::probes::send_path::info(self.probes.send_path)
+    }
+
     /// Run time and run count of each loaded program (for metrics).
-    pub fn prog_stats(&self) -> Vec<super::probes::stats::ProgStats> {
+    pub fn prog_stats(&self) -> Vec<super::kernel::probes::stats::ProgStats> {
         self.probes.prog_stats()
     }
 
@@ -361,7 +366,7 @@ impl Live {
     /// (see `FLOWS_EVERY`). Candidates' flows (and those of ports no longer
     /// watched) never reach the model; the idle ones go from the kernel map
     /// at the whole reads.
-    fn read_flows(&mut self, now: Mono) -> super::flow_map::Read {
+    fn read_flows(&mut self, now: Mono) -> super::kernel::flow_map::Read {
         let lost = self.probes.counter(hystall_common::counter::MOVED_LOST);
         let names = match self.moved.as_mut().map(|m| m.next_epoch(&mut self.probes)) {
             Some(Ok(names)) => Some(names),
@@ -393,7 +398,7 @@ impl Live {
                     n += 1;
                     if servers.is_server(k.server_port) {
                         whole.entry(k, &st);
-                    } else if now.since(Mono(super::flow_map::last_packet(&st))) >= CANDIDATE_FLOW_IDLE {
+                    } else if now.since(Mono(super::kernel::flow_map::last_packet(&st))) >= CANDIDATE_FLOW_IDLE {
                         idle.push(k);
                     }
                 });

@@ -1,27 +1,19 @@
 //! Sources: where observations come from. Only this layer touches the OS.
+//!
+//! One folder per kind of thing observed; `live` assembles them for `watch`
+//! and `top`:
+//!
+//! - `kernel`: the eBPF programs and their maps;
+//! - `processes`: the watched processes and their sockets;
+//! - `discovery`: which UDP ports are QUIC servers;
+//! - `apis`: the servers' own HTTP APIs;
+//! - `captures`: capture files and recordings;
+//! - `decrypt`: the servers' TLS secrets, and Go binaries' symbols to find them.
 
-pub mod api_poll;
-pub mod blocking;
-pub mod capture;
-pub mod cgroup;
-pub mod clash_api;
+pub mod apis;
+pub mod captures;
 pub mod decrypt;
-pub mod fd_owners;
-pub mod flow_map;
-/// Functions of (stripped) Go binaries from their pc-line table, for uprobes.
-pub mod gosym;
-pub mod hysteria_api;
+pub mod discovery;
+pub mod kernel;
 pub mod live;
-pub mod nft;
-pub mod offline;
-pub mod pace;
-pub mod parked;
-pub mod probes;
-pub mod procs;
-pub mod proxy_config;
-pub mod quic;
-pub mod replay;
-pub mod seed;
-pub mod server_ports;
-pub mod sockdiag;
-pub mod udp_rescan;
+pub mod processes;

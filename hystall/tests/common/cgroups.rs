@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hystall::sources::cgroup::cgroup2_mount;
+use hystall::sources::processes::cgroup::cgroup2_mount;
 
 /// Cgroup directories this test created (deepest last), removed on drop after
 /// their processes are moved back to the root.

@@ -52,15 +52,18 @@ impl Proc {
         Proc::spawn_with_stderr(args, Stdio::inherit())
     }
 
+    /// `spawn`, with extra environment variables.
+    pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
+        Proc::spawn_cmd(Command::new(bin()).args(args).envs(env.iter().copied()), Stdio::inherit())
+    }
+
     /// `spawn`, with stderr going to `stderr` (a file, to read warnings back).
     pub fn spawn_with_stderr(args: &[&str], stderr: impl Into<Stdio>) -> Proc {
-        let mut child = Command::new(bin())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn hystall");
+        Proc::spawn_cmd(Command::new(bin()).args(args), stderr)
+    }
+
+    fn spawn_cmd(cmd: &mut Command, stderr: impl Into<Stdio>) -> Proc {
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).spawn().expect("spawn hystall");
         let out = child.stdout.take().expect("stdout");
         let (tx, rx) = channel();
         std::thread::spawn(move || {

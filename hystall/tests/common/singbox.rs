@@ -127,7 +127,24 @@ pub struct Options {
     pub clash_api: bool,
     /// Server and clients on ::1 (the QUIC connections over IPv6).
     pub ipv6: bool,
+    /// The QUIC proxy protocol of the pair (Hysteria2 when default).
+    pub protocol: Protocol,
 }
+
+/// sing-box's QUIC proxy inbounds and outbounds, each with its own defaults
+/// (windows, congestion control) unless `Options` sets them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    #[default]
+    Hysteria2,
+    /// TUIC v5: quic-go's default windows (6 MiB per stream, 15 per connection).
+    Tuic,
+    /// Hysteria (v1): 15 MiB per stream, 64 MiB per connection by default.
+    Hysteria,
+}
+
+/// TUIC's user id (any UUID; the lab's own).
+const TUIC_UUID: &str = "2dd61d93-75d8-4da4-ac0e-6aece7eac365";
 
 /// The Clash API of a lab server.
 #[derive(Clone, Debug)]
@@ -343,6 +360,9 @@ fn kill(c: &mut Child) {
 /// The server: hysteria2 inbound on 127.0.0.1:port, TLS with the self-signed
 /// cert, optional Salamander and windows; everything goes out "direct".
 pub fn server_config(opts: &Options, port: u16, key: &Path, cert: &Path, clash: Option<&ClashApi>) -> Value {
+    if opts.protocol != Protocol::Hysteria2 {
+        return other_server_config(opts, port, key, cert, clash);
+    }
     let mut inbound = json!({
         "type": "hysteria2",
         "tag": "hy2-in",
@@ -377,6 +397,37 @@ pub fn server_config(opts: &Options, port: u16, key: &Path, cert: &Path, clash: 
     config
 }
 
+/// The server of a TUIC or Hysteria (v1) pair: the same listener, TLS and
+/// outbound as Hysteria2's, each protocol's own users and ALPN.
+fn other_server_config(opts: &Options, port: u16, key: &Path, cert: &Path, clash: Option<&ClashApi>) -> Value {
+    let tls = |alpn: &str| json!({ "enabled": true, "server_name": SERVER_NAME, "certificate_path": cert, "key_path": key, "alpn": [alpn] });
+    let inbound = match opts.protocol {
+        Protocol::Tuic => json!({
+            "type": "tuic", "tag": "tuic-in", "listen": loopback(opts.ipv6), "listen_port": port,
+            "users": [{ "name": "lab", "uuid": TUIC_UUID, "password": PASSWORD }],
+            "congestion_control": "bbr",
+            "tls": tls("h3"),
+        }),
+        Protocol::Hysteria => json!({
+            "type": "hysteria", "tag": "hy-in", "listen": loopback(opts.ipv6), "listen_port": port,
+            "up_mbps": 1000, "down_mbps": 1000,
+            "users": [{ "name": "lab", "auth_str": PASSWORD }],
+            "tls": tls("hysteria"),
+        }),
+        Protocol::Hysteria2 => unreachable!("built by server_config"),
+    };
+    let mut config = json!({
+        "log": log_section(opts),
+        "inbounds": [inbound],
+        "outbounds": [{ "type": "direct", "tag": "direct" }],
+    });
+    if let Some(api) = clash {
+        config["experimental"] =
+            json!({ "clash_api": { "external_controller": api.addr.to_string(), "secret": api.secret } });
+    }
+    config
+}
+
 /// The loopback address the lab's QUIC connections use.
 fn loopback(ipv6: bool) -> &'static str {
     if ipv6 { "::1" } else { "127.0.0.1" }
@@ -385,6 +436,26 @@ fn loopback(ipv6: bool) -> &'static str {
 /// The client: a "mixed" (SOCKS5 + HTTP) inbound on 127.0.0.1:socks_port, and a
 /// hysteria2 outbound that trusts the lab's certificate (pinned as its CA).
 pub fn client_config(opts: &Options, server_port: u16, socks_port: u16, cert: &Path) -> Value {
+    let tls =
+        |alpn: &str| json!({ "enabled": true, "server_name": SERVER_NAME, "certificate_path": cert, "alpn": [alpn] });
+    let other = match opts.protocol {
+        Protocol::Hysteria2 => None,
+        Protocol::Tuic => Some(json!({
+            "type": "tuic", "tag": "tuic-out", "server": loopback(opts.ipv6), "server_port": server_port,
+            "uuid": TUIC_UUID, "password": PASSWORD, "congestion_control": "bbr", "tls": tls("h3"),
+        })),
+        Protocol::Hysteria => Some(json!({
+            "type": "hysteria", "tag": "hy-out", "server": loopback(opts.ipv6), "server_port": server_port,
+            "up_mbps": 1000, "down_mbps": 1000, "auth_str": PASSWORD, "tls": tls("hysteria"),
+        })),
+    };
+    if let Some(outbound) = other {
+        return json!({
+            "log": log_section(opts),
+            "inbounds": [{ "type": "mixed", "tag": "mixed-in", "listen": "127.0.0.1", "listen_port": socks_port }],
+            "outbounds": [outbound],
+        });
+    }
     let mut outbound = json!({
         "type": "hysteria2",
         "tag": "hy2-out",

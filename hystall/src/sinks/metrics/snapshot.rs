@@ -9,7 +9,7 @@ use crate::core::detector::Confidence;
 use crate::core::event::{Event, Stamped};
 use crate::core::model::Model;
 use crate::core::verdict::Verdict;
-use crate::sources::probes::stats::ProgStats;
+use crate::sources::kernel::probes::stats::ProgStats;
 
 /// How an enforcement action ended, as the `result` label says it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -113,7 +113,7 @@ pub struct Kernel {
     /// BPF run-time statistics are being collected (else run times stay 0).
     pub stats_enabled: bool,
     /// Occupancy of the kernel maps that grow with traffic (counted every 10 s).
-    pub maps: Vec<crate::sources::probes::upkeep::MapFill>,
+    pub maps: Vec<crate::sources::kernel::probes::upkeep::MapFill>,
     /// Flows the kernel's LRU flow map evicted to make room.
     pub flows_evicted: u64,
     /// QUIC server ports watched (0: no QUIC connection can be seen).

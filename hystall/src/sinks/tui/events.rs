@@ -71,8 +71,9 @@ fn describe(e: &Event) -> (&'static str, String, Severity) {
                 p.extend(i.comms.iter().map(|c| format!("comm={c}")));
                 p.join(", ")
             };
-            let degraded = i.probes.iter().filter(|p| !p.attached && !crate::sources::probes::is_waiting(p)).count();
-            let on_demand = i.probes.iter().filter(|p| crate::sources::probes::is_waiting(p)).count();
+            let degraded =
+                i.probes.iter().filter(|p| !p.attached && !crate::sources::kernel::probes::is_waiting(p)).count();
+            let on_demand = i.probes.iter().filter(|p| crate::sources::kernel::probes::is_waiting(p)).count();
             let mut text = format!(
                 "{who}; stall timeout {:.1}s; {} probes attached{}{}",
                 i.stall_timeout_ms as f64 / 1000.0,

@@ -47,6 +47,13 @@ pub fn draw(f: &mut Frame, area: Rect, h: &Header, c: &Counts, paused: bool, the
         l2.push(Span::raw(", "));
         l2.push(Span::styled(format!("{} degraded: {} (? why)", names.len(), names.join(" ")), theme.warn()));
     }
+    if !h.send_path.is_empty() {
+        // Which path sees blocked writers: exact send results (tracepoint,
+        // fexit), or the zero-window fallback, marked.
+        l2.push(Span::styled("  sends ", theme.label()));
+        let style = if h.send_path == "tracepoint" || h.send_path == "fexit" { theme.good() } else { theme.warn() };
+        l2.push(Span::styled(h.send_path.clone(), style));
+    }
     l2.push(Span::styled("  events ", theme.label()));
     l2.push(Span::raw(format!("{:.1}/s", h.events_per_sec)));
     l2.push(Span::styled("  lost ", theme.label()));

@@ -59,6 +59,8 @@ pub struct Header {
     pub probes_degraded: Vec<(String, String)>,
     /// Programs left detached until needed (the syscall probes): not faults.
     pub probes_on_demand: Vec<String>,
+    /// How blocked writers are seen (`tracepoint`, `fexit`, `zero_window`).
+    pub send_path: String,
     /// The QUIC server ports watched ("40000, 443"), empty for none.
     pub quic_ports: String,
     /// Set when no QUIC server port is watched: why, and what to do.
@@ -82,6 +84,7 @@ impl Default for Header {
             probes_attached: Vec::new(),
             probes_degraded: Vec::new(),
             probes_on_demand: Vec::new(),
+            send_path: String::new(),
             quic_ports: String::new(),
             quic_note: None,
             events_per_sec: 0.0,

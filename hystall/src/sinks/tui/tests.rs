@@ -33,6 +33,7 @@ fn header() -> Header {
             .to_vec(),
         probes_degraded: vec![("quic_egress@eth0".into(), "TCX unavailable".into())],
         probes_on_demand: vec!["sys_enter".into(), "sys_exit".into()],
+        send_path: "tracepoint".into(),
         quic_ports: "443".into(),
         quic_note: None,
         events_per_sec: 3.5,

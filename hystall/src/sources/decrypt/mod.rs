@@ -11,6 +11,9 @@
 //! Which connections are read, and how closely, the model says
 //! (`core::suspects`). Secrets stay in memory unless `--keylog-out` is given.
 
+/// Functions of (stripped) Go binaries from their pc-line table, for uprobes.
+pub mod gosym;
+
 pub mod keys;
 pub mod uprobes;
 
@@ -27,8 +30,8 @@ use crate::core::observation::Observation;
 use crate::core::quic::ClientRandom;
 use crate::core::suspects::Suspect;
 use crate::core::time::Mono;
-use crate::sources::offline::quic::Decryptors;
-use crate::sources::probes::{ProbeError, Probes};
+use crate::sources::captures::offline::quic::Decryptors;
+use crate::sources::kernel::probes::{ProbeError, Probes};
 
 /// `--decrypt` and `--keylog-out FILE`.
 #[derive(Clone, Debug, Default)]
@@ -157,7 +160,7 @@ impl LiveDecrypt {
             }
         }
         for p in packets {
-            let flow = crate::sources::quic::flow_id(&p.key);
+            let flow = crate::sources::kernel::quic::flow_id(&p.key);
             let dir = if p.dir as usize == DIR_C2S { Dir::C2s } else { Dir::S2c };
             let len = (p.caplen as usize).min(p.bytes.len());
             if !self.selected.get(&flow).is_some_and(|r| r.passed) {
@@ -227,7 +230,12 @@ impl LiveDecrypt {
 
     /// Reads the suspects' flows: the snips of all, the packets of those to
     /// pass (`Suspect::pass`; the kernel passes exactly those).
-    pub fn select(&mut self, probes: &mut Probes, suspects: &[Suspect], keys: &crate::sources::flow_map::FlowMap) {
+    pub fn select(
+        &mut self,
+        probes: &mut Probes,
+        suspects: &[Suspect],
+        keys: &crate::sources::kernel::flow_map::FlowMap,
+    ) {
         let mut want: HashMap<FlowId, (FlowKey, Option<usize>, bool, Option<ClientRandom>)> = HashMap::new();
         for s in suspects {
             // Its handshake's random, from the Initial of its first flow.

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use aya::programs::uprobe::UProbeLinkId;
 
-use crate::sources::gosym::{GoBinary, GoFunction};
-use crate::sources::probes::Probes;
+use crate::sources::decrypt::gosym::{GoBinary, GoFunction};
+use crate::sources::kernel::probes::Probes;
 
 /// Go's key-log method, in crypto/tls and in its forks (utls, sagernet's
 /// copies): each has its own `(*Config).writeKeyLog`.

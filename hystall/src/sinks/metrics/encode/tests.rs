@@ -13,7 +13,7 @@ use crate::core::observation::{Observation, SockChange, SockSample};
 use crate::core::time::Mono;
 use crate::core::verdict::Thresholds;
 use crate::sinks::metrics::{Kernel, ProbeGauge, Snapshot, Totals};
-use crate::sources::probes::stats::ProgStats;
+use crate::sources::kernel::probes::stats::ProgStats;
 
 fn s(secs: f64) -> Mono {
     Mono::from_secs_f64(secs)
@@ -96,7 +96,7 @@ fn enforced(action: &'static str, dry_run: bool, result: &str) -> Stamped {
     Stamped { at: s(17.0), event: Event::Enforced(info) }
 }
 
-use crate::sources::probes::upkeep::MapFill;
+use crate::sources::kernel::probes::upkeep::MapFill;
 
 fn kernel() -> Kernel {
     let mut counters = [0u64; hystall_common::counter::LEN as usize];

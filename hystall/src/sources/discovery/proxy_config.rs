@@ -21,7 +21,7 @@ pub fn ports_of(pid: u32) -> Vec<(u16, String)> {
     let args: Vec<String> =
         cmd.split(|b| *b == 0).filter_map(|a| std::str::from_utf8(a).ok()).map(str::to_owned).collect();
     let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_else(|_| PathBuf::from("/"));
-    let comm = super::procs::comm_of(pid).unwrap_or_default();
+    let comm = crate::sources::processes::procs::comm_of(pid).unwrap_or_default();
     let mut out = Vec::new();
     for (flag, path) in config_args(&args) {
         let path = cwd.join(path);

@@ -57,13 +57,22 @@ impl Drop for QdiscGuard {
     fn drop(&mut self) {
         for iface in self.added.drain(..) {
             // aya has no qdisc deletion; iproute2's `tc` does it.
-            let ok =
-                Command::new("tc").args(["qdisc", "del", "dev", &iface, "clsact"]).status().is_ok_and(|s| s.success());
-            if !ok {
-                eprintln!(
-                    "hystall: could not remove the clsact qdisc it added on {iface}: run `tc qdisc del dev {iface} clsact`"
-                );
-            }
+            // Its own stdio: ours may be a pipe the reader already closed
+            // (`watch | head`), and tc must not die of that.
+            let out = Command::new("tc")
+                .args(["qdisc", "del", "dev", &iface, "clsact"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .output();
+            let why = match &out {
+                Ok(o) if o.status.success() => continue,
+                Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_owned(),
+                Err(e) => e.to_string(),
+            };
+            eprintln!(
+                "hystall: could not remove the clsact qdisc it added on {iface} ({why}): run `tc qdisc del dev {iface} clsact`"
+            );
         }
     }
 }

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use crate::core::observation::{Observation, SockChange, SockSample};
 use crate::core::time::Mono;
-use crate::sources::capture::TcpFlags;
+use crate::sources::captures::capture::TcpFlags;
 
 const ESTABLISHED: u8 = 1;
 const SYN_SENT: u8 = 2;

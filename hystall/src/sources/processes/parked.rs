@@ -100,7 +100,7 @@ mod tests {
             let chunk = vec![0u8; 1 << 20];
             while s.write_all(&chunk).is_ok() {}
         });
-        let calls = crate::sources::probes::syscalls::send_syscalls().expect("a known architecture");
+        let calls = crate::sources::kernel::probes::syscalls::send_syscalls().expect("a known architecture");
         let me = HashSet::from([std::process::id()]);
         let mut p = ParkedWriters::default();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);

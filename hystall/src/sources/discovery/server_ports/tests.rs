@@ -1,8 +1,8 @@
 use super::*;
-use crate::sources::nft::Redirect;
+use crate::sources::discovery::nft::Redirect;
 use hystall_common::{AF_INET, DIR_S2C, FlowKey, SAMPLE_BYTES};
 
-use crate::sources::quic::flow_id;
+use crate::sources::kernel::quic::flow_id;
 
 const RANGE: (u16, u16) = (32768, 60999);
 const SERVER: u16 = 40000;

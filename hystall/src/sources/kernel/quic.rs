@@ -6,11 +6,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use hystall_common::{AF_INET, DIR_C2S, DIR_S2C, DirStats, FlowKey, FlowSample, FlowStats};
 
-use super::fd_owners::FdOwners;
-use super::server_ports::UdpSock;
-use super::sockdiag::SockDiag;
 use crate::core::flows::{Dir, DirCounters, FlowCounters, FlowId, HeaderSample, Replies, SampleBytes};
 use crate::core::time::Mono;
+use crate::sources::discovery::server_ports::UdpSock;
+use crate::sources::processes::fd_owners::FdOwners;
+use crate::sources::processes::sockdiag::SockDiag;
 
 /// The kernel's ephemeral port range (`net.ipv4.ip_local_port_range`): the
 /// ports client sockets get when they bind port 0.

@@ -19,7 +19,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::pace::Pace;
+use crate::sources::processes::pace::Pace;
 
 /// The dump's period while the watched processes stay the same.
 pub const SLOW: Duration = Duration::from_secs(2);

@@ -532,7 +532,7 @@ fn varint(b: &[u8]) -> Option<(u64, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::capture::{CaptureReader, L4, Record};
+    use crate::sources::captures::capture::{CaptureReader, L4, Record};
 
     /// The lab capture's datagrams: (time, flow, direction, payload).
     fn lab_datagrams() -> Vec<(Mono, FlowId, Dir, Vec<u8>)> {

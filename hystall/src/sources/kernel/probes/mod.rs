@@ -7,6 +7,7 @@
 pub mod batch;
 pub mod btf;
 pub mod moved;
+pub mod send_path;
 pub mod stats;
 pub mod syscalls;
 pub mod tc;
@@ -20,10 +21,12 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        BtfTracePoint, TracePoint, UProbe, uprobe::UProbeAttachLocation, uprobe::UProbeLinkId, uprobe::UProbeScope,
+        BtfTracePoint, CgroupAttachMode, CgroupSockAddr, FExit, TracePoint, UProbe, uprobe::UProbeAttachLocation,
+        uprobe::UProbeLinkId, uprobe::UProbeScope,
     },
 };
-use hystall_common::{Budget, FlowKey, FlowStats, SendSyscalls, Snips, SockStats, TpOffsets, counter};
+use hystall_common::{Budget, FlowKey, FlowStats, SendSyscalls, Snips, SockStats, TpOffsets, counter, switch};
+use send_path::SendPath;
 use thiserror::Error;
 
 use crate::core::event::ProbeStatus;
@@ -70,6 +73,9 @@ enum Kind {
     Btf(&'static str),
     Raw(&'static str),
     Tp(&'static str, &'static str),
+    FExit(&'static str),
+    /// A cgroup connect hook, on the cgroup v2 root.
+    Cgroup,
 }
 
 const SPECS: &[Spec] = &[
@@ -77,6 +83,21 @@ const SPECS: &[Spec] = &[
         prog: "sock_send_length",
         kind: Kind::Btf("sock_send_length"),
         why: "results of sends (EAGAIN, short sends): non-blocking writers",
+    },
+    Spec {
+        prog: "tcp_sendmsg_exit",
+        kind: Kind::FExit("tcp_sendmsg"),
+        why: "results of sends (EAGAIN, short sends): non-blocking writers",
+    },
+    Spec {
+        prog: "cookie_connect4",
+        kind: Kind::Cgroup,
+        why: "cookies of IPv4 target sockets at connect (kernels before 5.12)",
+    },
+    Spec {
+        prog: "cookie_connect6",
+        kind: Kind::Cgroup,
+        why: "cookies of IPv6 target sockets at connect (kernels before 5.12)",
     },
     Spec {
         prog: "inet_sock_set_state",
@@ -114,6 +135,8 @@ pub struct Probes {
     /// Ports marked in the PORTS array.
     ports: HashSet<u16>,
     pub status: Vec<ProbeStatus>,
+    /// How blocked writers of non-blocking sockets are seen (None: not at all).
+    pub send_path: Option<SendPath>,
 }
 
 fn is_eperm(e: &impl std::fmt::Display) -> bool {
@@ -128,11 +151,19 @@ impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         raise_memlock();
         let root = tracefs::ensure_mounted()?;
-        let sock_offsets = btf::sock_offsets()?;
+        let floor =
+            SendPath::forced_from(std::env::var(send_path::FORCE_ENV).ok().as_deref()).map_err(ProbeError::Load)?;
+        let kbtf = btf::load()?;
+        let sock_offsets = btf::sock_offsets_from(&kbtf)?;
+        // Tracing programs may call bpf_get_socket_cookie since 5.12, which
+        // added this helper's implementation; before, they read the cookie
+        // from the socket and the cgroup connect hooks make sure it exists.
+        let cookie_helper = btf::has_function(&kbtf, "bpf_get_socket_ptr_cookie");
         let tp = TpOffsets { destroy_cookie: tracefs::field_offset(&root, "tcp", "tcp_destroy_sock", "sock_cookie")? };
         let calls = syscalls::send_syscalls().unwrap_or(SendSyscalls::NONE);
         let filter: u8 = cfg.filter_pids.into();
         let decrypt: u8 = cfg.decrypt.into();
+        let cookie_helper_flag: u8 = cookie_helper.into();
 
         let mut loader = EbpfLoader::new();
         loader
@@ -140,7 +171,8 @@ impl Probes {
             .override_global("TP_OFFSETS", &tp, true)
             .override_global("SEND_SYSCALLS", &calls, true)
             .override_global("FILTER_PIDS", &filter, true)
-            .override_global("DECRYPT", &decrypt, true);
+            .override_global("DECRYPT", &decrypt, true)
+            .override_global("COOKIE_HELPER", &cookie_helper_flag, true);
         if !cfg.decrypt {
             // The maps only --decrypt writes: the smallest the kernel takes
             // (the snips map alone is 21 MiB, allocated up front).
@@ -153,10 +185,15 @@ impl Probes {
 
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Btf(e.to_string()))?;
         let mut status = Vec::new();
+        let mut send: Option<SendPath> = None;
+        let mut replaced: Vec<ProbeStatus> = Vec::new();
         for spec in SPECS {
             // Not used by `watch` (blocked writers are read from /proc, see
             // `sources::parked`); `attach_syscalls` attaches them on request.
             if ON_DEMAND.contains(&spec.prog) {
+                continue;
+            }
+            if !send_path::wanted(spec.prog, floor, send) || (matches!(spec.kind, Kind::Cgroup) && cookie_helper) {
                 continue;
             }
             let res = attach(&mut ebpf, spec, &btf);
@@ -169,11 +206,38 @@ impl Probes {
                 (Ok(()), _) => None,
                 (Err(e), _) => Some(format!("{e}; without it hystall loses: {}", spec.why)),
             };
-            status.push(ProbeStatus { name: spec.prog.into(), attached: res.is_ok(), note });
+            let st = ProbeStatus { name: spec.prog.into(), attached: res.is_ok(), note };
+            match SendPath::ALL.into_iter().find(|p| p.program() == Some(spec.prog)) {
+                Some(p) if res.is_ok() => send = Some(p),
+                // A send-result program that failed is a degradation only if no
+                // other one takes its place (decided below).
+                Some(_) => replaced.push(st),
+                None => status.push(st),
+            }
+        }
+        let tcp_probe = status.iter().any(|s| s.name == "tcp_probe" && s.attached);
+        let attached: Vec<&str> = status.iter().filter(|s| s.attached).map(|s| s.name.as_str()).collect();
+        let mut path = send_path::chosen(&attached, tcp_probe);
+        if let Some(p) = send {
+            path = Some(p);
+            status.insert(0, ProbeStatus { name: p.program().unwrap_or_default().into(), attached: true, note: None });
+        } else {
+            // Every send-result program failed: each says why, and what is left.
+            for mut st in replaced {
+                if let Some(n) = &mut st.note
+                    && tcp_probe
+                {
+                    n.push_str("; blocks are read from zero windows instead (tcp_probe)");
+                }
+                status.insert(0, st);
+            }
         }
         if status.iter().all(|s| !s.attached) {
             let why = status.iter().filter_map(|s| s.note.clone()).next().unwrap_or_default();
             return Err(ProbeError::Load(format!("no program could attach: {why}")));
+        }
+        if path == Some(SendPath::ZeroWindow) {
+            set_switch(&mut ebpf, switch::ZERO_WINDOW)?;
         }
         Ok(Probes {
             ebpf,
@@ -182,6 +246,7 @@ impl Probes {
             flow_copy: false,
             ports: HashSet::new(),
             status,
+            send_path: path,
         })
     }
 
@@ -287,10 +352,7 @@ impl Probes {
         }
         if self.syscalls_attached() {
             // The send probe may now find threads in INFLIGHT.
-            let map = self.ebpf.map_mut("SWITCHES").ok_or_else(|| ProbeError::Map("SWITCHES", "missing".into()))?;
-            let mut m: aya::maps::Array<_, u32> =
-                aya::maps::Array::try_from(map).map_err(|e| ProbeError::Map("SWITCHES", e.to_string()))?;
-            m.set(0, 1, 0).map_err(|e| ProbeError::Map("SWITCHES", e.to_string()))?;
+            set_switch(&mut self.ebpf, switch::SYSCALLS)?;
         }
         Ok(())
     }
@@ -428,6 +490,14 @@ impl Probes {
     }
 }
 
+/// Turns on slot `idx` of the SWITCHES array (`hystall_common::switch`).
+fn set_switch(ebpf: &mut Ebpf, idx: u32) -> Result<(), ProbeError> {
+    let map = ebpf.map_mut("SWITCHES").ok_or_else(|| ProbeError::Map("SWITCHES", "missing".into()))?;
+    let mut m: aya::maps::Array<_, u32> =
+        aya::maps::Array::try_from(map).map_err(|e| ProbeError::Map("SWITCHES", e.to_string()))?;
+    m.set(idx, 1, 0).map_err(|e| ProbeError::Map("SWITCHES", e.to_string()))
+}
+
 fn attach(ebpf: &mut Ebpf, spec: &Spec, btf: &Btf) -> Result<(), String> {
     let prog = ebpf.program_mut(spec.prog).ok_or_else(|| format!("program {} missing from the object", spec.prog))?;
     match spec.kind {
@@ -445,6 +515,21 @@ fn attach(ebpf: &mut Ebpf, spec: &Spec, btf: &Btf) -> Result<(), String> {
             let p: &mut TracePoint = prog.try_into().map_err(|e| format!("{e}"))?;
             p.load().map_err(|e| format!("load {cat}/{name}: {}", chain(&e)))?;
             p.attach(cat, name).map_err(|e| format!("attach {cat}/{name}: {}", chain(&e)))?;
+        }
+        Kind::FExit(func) => {
+            let p: &mut FExit = prog.try_into().map_err(|e| format!("{e}"))?;
+            p.load(func, btf).map_err(|e| format!("load fexit/{func}: {}", chain(&e)))?;
+            p.attach().map_err(|e| format!("attach fexit/{func}: {}", chain(&e)))?;
+        }
+        Kind::Cgroup => {
+            let root = crate::sources::processes::cgroup::cgroup2_mount().map_err(|e| e.to_string())?;
+            let dir = std::fs::File::open(&root).map_err(|e| format!("open {}: {e}", root.display()))?;
+            let p: &mut CgroupSockAddr = prog.try_into().map_err(|e| format!("{e}"))?;
+            p.load().map_err(|e| format!("load cgroup/{}: {}", spec.prog, chain(&e)))?;
+            // A bpf_link (5.7+) sits beside whatever else is attached there
+            // (systemd's, other tools'); the kernel rejects any mode flag on it.
+            p.attach(&dir, CgroupAttachMode::Single)
+                .map_err(|e| format!("attach cgroup/{} on {}: {}", spec.prog, root.display(), chain(&e)))?;
         }
     }
     Ok(())

@@ -136,7 +136,7 @@ mod tests {
     use std::net::UdpSocket;
 
     use super::*;
-    use crate::sources::probes::{ProbeConfig, tc::Iface};
+    use crate::sources::kernel::probes::{ProbeConfig, tc::Iface};
 
     /// The in-kernel copy reads what one look-up per flow reads, over more
     /// flows than one run copies, and says which are missing.

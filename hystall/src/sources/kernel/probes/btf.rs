@@ -11,10 +11,20 @@ use super::ProbeError;
 
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
+/// The running kernel's BTF.
+pub fn load() -> Result<Btf, ProbeError> {
+    Btf::from_file(VMLINUX_BTF).map_err(|e| ProbeError::Btf(format!("cannot read {VMLINUX_BTF}: {e}")))
+}
+
 /// Reads the offsets the programs need from the kernel's BTF.
 pub fn sock_offsets() -> Result<SockOffsets, ProbeError> {
-    let btf = Btf::from_file(VMLINUX_BTF).map_err(|e| ProbeError::Btf(format!("cannot read {VMLINUX_BTF}: {e}")))?;
-    sock_offsets_from(&btf)
+    sock_offsets_from(&load()?)
+}
+
+/// Whether the kernel has a function named `name` (a BTF `FUNC`): how a
+/// kernel feature that has no tracepoint or type of its own is probed.
+pub fn has_function(btf: &Btf, name: &str) -> bool {
+    btf.resolve_types_by_name(name).is_ok_and(|tys| tys.iter().any(|t| matches!(t, Type::Func(_))))
 }
 
 pub fn sock_offsets_from(btf: &Btf) -> Result<SockOffsets, ProbeError> {
@@ -40,6 +50,8 @@ pub fn sock_offsets_from(btf: &Btf) -> Result<SockOffsets, ProbeError> {
         sk_socket: member_offset(btf, "sock", "sk_socket")?,
         socket_file: member_offset(btf, "socket", "file")?,
         file_f_flags: member_offset(btf, "file", "f_flags")?,
+        // Read only where tracing programs cannot ask for the cookie.
+        skc_cookie: c("skc_cookie").unwrap_or(0),
     })
 }
 
@@ -136,6 +148,11 @@ mod tests {
         assert!(o.tcp_snd_una > o.sk_protocol && o.tcp_snd_nxt > o.sk_protocol, "{o:?}");
         // The fd's flags, two pointers away: inside their structs.
         assert!(o.sk_socket > o.skc_family && o.socket_file > 0 && o.file_f_flags > 0, "{o:?}");
+        assert!(o.skc_cookie > o.skc_family, "{o:?}");
+        let btf = load().expect("btf");
+        assert!(has_function(&btf, "tcp_sendmsg"));
+        assert!(!has_function(&btf, "sock"), "a struct is not a function");
+        assert!(!has_function(&btf, "no_such_function_in_any_kernel"));
         if cfg!(target_arch = "x86_64") {
             // di, dx and orig_ax: stable since the x86_64 ABI began.
             assert_eq!((o.regs_arg0, o.regs_arg2, o.regs_nr), (112, 96, 120), "{o:?}");

@@ -29,7 +29,7 @@ use crate::core::observation::Observation;
 use crate::core::quic::KeyLog;
 use crate::core::time::Mono;
 use crate::core::timeline::Step;
-use crate::sources::capture::{CaptureError, CaptureReader, L4, Record, Stats};
+use crate::sources::captures::capture::{CaptureError, CaptureReader, L4, Record, Stats};
 
 /// Ticks of the model, as live (commands/pipeline.rs TICK).
 pub const TICK: Duration = Duration::from_millis(200);
@@ -143,7 +143,7 @@ impl<R: Read> Converter<R> {
         }
     }
 
-    fn packet(&mut self, p: crate::sources::capture::Packet) {
+    fn packet(&mut self, p: crate::sources::captures::capture::Packet) {
         // A record far ahead of the last one is a corrupt timestamp, not a
         // day-long silence: taken at the last time (and counted), or every
         // later packet would be pinned to the future.
