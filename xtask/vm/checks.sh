@@ -22,7 +22,16 @@
 # every run wait for the slowest; the bounds are for a kernel that fails.
 set -u
 O=$1
-export O H=${HYSTALL:?HYSTALL names the binary under test} SB=${HYSTALL_SING_BOX:-}
+H=${HYSTALL:?HYSTALL names the binary under test} SB=${HYSTALL_SING_BOX:-}
+# The binaries run from a local copy: in a guest OUT is a 9p mount without a
+# cache (so that the host sees the results at once), through which every
+# exec would page the binary in again over an emulated transport (tens of
+# seconds for sing-box's 40 MB under TCG). Named sing-box for --comm.
+BINS=$(mktemp -d /tmp/hv-bin.XXXXXX)
+trap 'rm -rf "$BINS"' EXIT
+cp "$H" "$BINS/hystall" && H=$BINS/hystall
+if [[ -n $SB && -x $SB ]]; then cp "$SB" "$BINS/sing-box" && SB=$BINS/sing-box; fi
+export O H SB
 now() { date +%s.%N; }
 secs_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f\n", b - a }'; }
 
