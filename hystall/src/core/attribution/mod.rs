@@ -311,6 +311,10 @@ pub struct Attribution {
     floors: floors::Floors,
     /// The stalled open targets at the last pass (counted by the floors).
     stalled: std::collections::HashSet<u64>,
+    /// Groups whose floors were looked for, and when: looked for again
+    /// after `SEARCH_BACKOFF`, or at once when the stalled targets change
+    /// (at node scale marks make every tick a deduction).
+    floored: Map<Vec<u64>, Mono>,
 }
 
 impl Attribution {
@@ -468,6 +472,7 @@ impl Attribution {
             // Which targets count for the floors changed: search again.
             if stalled != self.stalled {
                 self.stalled = stalled;
+                self.floored.clear();
                 self.dirty = true;
             }
             self.forget(now, conns, socks);
@@ -604,6 +609,7 @@ impl Attribution {
             return;
         }
         self.aborted.retain(|_, at| now.since(*at) < SEARCH_BACKOFF);
+        self.floored.retain(|_, at| now.since(*at) < SEARCH_BACKOFF);
         let problem = solve::Problem {
             conns: &self.conns,
             targets: &self.targets,
@@ -614,10 +620,12 @@ impl Attribution {
             skip: &self.aborted,
             budget: self.cfg.search_nodes,
             counted: &self.stalled,
+            floored: &self.floored,
         };
         let solved = problem.solve();
         self.searches += solved.searched;
         self.aborted.extend(solved.aborted.into_iter().map(|g| (g, now)));
+        self.floored.extend(solved.floored.into_iter().map(|g| (g, now)));
         let tied: HashMap<u64, (u64, bool)> = solved.deduced.into_iter().map(|(t, c, s)| (t, (c, s))).collect();
         for (cookie, cands) in open {
             let Some(t) = self.targets.get_mut(&cookie) else { continue };

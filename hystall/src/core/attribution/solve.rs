@@ -37,6 +37,9 @@ pub struct Problem<'a> {
     /// each, the least of them a connection holds in every assignment
     /// (`Floor`).
     pub counted: &'a std::collections::HashSet<u64>,
+    /// Groups whose floors were found lately (the counted targets the
+    /// same): not searched for them again yet (`floors.rs` keeps them).
+    pub floored: &'a Map<Vec<u64>, Mono>,
 }
 
 /// What every assignment obeying the rules gives one connection, when which
@@ -62,6 +65,8 @@ pub struct Solved {
     pub searched: u64,
     /// Connections that hold counted targets whatever the split.
     pub floors: Vec<Floor>,
+    /// Groups whose floors were looked for.
+    pub floored: Vec<Vec<u64>>,
 }
 
 impl<'a> Problem<'a> {
@@ -85,6 +90,7 @@ impl<'a> Problem<'a> {
         let mut out = Vec::new();
         let mut aborted = Vec::new();
         let mut floors = Vec::new();
+        let mut floored = Vec::new();
         let mut searched = 0;
         // 1. Each open target against each of its candidates, given what is
         //    tied already: drop those that cannot have carried it; one left →
@@ -118,27 +124,32 @@ impl<'a> Problem<'a> {
         }
         // 2. Groups of open targets that share candidates, searched.
         for group in groups(&self.open) {
-            if group.len() > MAX_GROUP {
+            if group.len() > MAX_GROUP && !self.floored.contains_key(&group) {
                 // Too large to search: each connection against the rest taken
                 // as one bin without rules of its own (a looser bound).
                 let found = self.loose_floors(&group);
+                floored.push(group.clone());
                 tracing::debug!(len = group.len(), ?found, "attribution: group too large to search; loose floors");
                 floors.extend(found);
             }
             if group.len() <= MAX_GROUP && !self.skip.contains_key(&group) {
                 searched += 1;
                 match self.search(&group) {
-                    Some(ties) => {
+                    Some(ties) if !self.floored.contains_key(&group) => {
                         let found = self.floors(&group, &ties);
                         tracing::debug!(?group, ?found, "attribution: floors");
                         floors.extend(found);
+                        floored.push(group.clone());
+                        out.extend(ties.into_iter().map(|(t, c)| (t, c, true)));
+                    }
+                    Some(ties) => {
                         out.extend(ties.into_iter().map(|(t, c)| (t, c, true)));
                     }
                     None => aborted.push(group),
                 }
             }
         }
-        Solved { deduced: out, aborted, searched, floors }
+        Solved { deduced: out, aborted, searched, floors, floored }
     }
 
     /// Every assignment of `group` that obeys both rules; a target that takes
@@ -694,6 +705,7 @@ mod tests {
                 skip: &skip,
                 budget: usize::MAX,
                 counted: &counted,
+                floored: &skip,
             };
             let want = by_enumeration(&p, &group);
             forced += want.len();
