@@ -27,22 +27,8 @@ fn ts_ms(e: &Value) -> i128 {
 
 /// Runs `watch --lab` for `secs` and returns its events.
 fn lab_run(uploads: usize, target: &str, secs: u64) -> Vec<Value> {
-    let n = uploads.to_string();
-    let t = TIMEOUT.to_string();
-    let d = secs.to_string();
-    let mut w = Proc::spawn(&[
-        "watch",
-        "--json",
-        "--lab",
-        "--lab-uploads",
-        &n,
-        "--lab-target",
-        target,
-        "--stall-timeout",
-        &t,
-        "--duration",
-        &d,
-    ]);
+    let args = common::lab_watch_args(uploads, target, TIMEOUT, secs);
+    let mut w = Proc::spawn(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let events = w.collect_until(Instant::now() + Duration::from_secs(secs + 10));
     assert_eq!(w.child.wait().expect("watch ends").code(), Some(0));
     events

@@ -28,21 +28,8 @@ fn ts_ms(e: &Value) -> i128 {
 /// `watch --lab` with the zero-window path for `secs`: its `watch_started`
 /// and the events after it.
 fn lab_run(uploads: usize, target: &str, secs: u64) -> (Value, Vec<Value>) {
-    let (n, t, d) = (uploads.to_string(), TIMEOUT.to_string(), secs.to_string());
-    let args = [
-        "watch",
-        "--json",
-        "--lab",
-        "--lab-uploads",
-        &n,
-        "--lab-target",
-        target,
-        "--stall-timeout",
-        &t,
-        "--duration",
-        &d,
-    ];
-    let mut w = Proc::spawn_env(&args, ZERO_WINDOW);
+    let args = common::lab_watch_args(uploads, target, TIMEOUT, secs);
+    let mut w = Proc::spawn_env(&args.iter().map(String::as_str).collect::<Vec<_>>(), ZERO_WINDOW);
     let started = w.wait_event("watch_started", Duration::from_secs(20));
     let events = w.collect_until(Instant::now() + Duration::from_secs(secs + 10));
     assert_eq!(w.child.wait().expect("watch ends").code(), Some(0));

@@ -142,6 +142,14 @@ impl Drop for Proc {
 }
 
 /// Starts `hystall lab tcp ARGS` and returns it with its ready line.
+/// `watch --json --lab` with `uploads` into `target`, a stall timeout and a duration (seconds).
+pub fn lab_watch_args(uploads: usize, target: &str, timeout: u64, secs: u64) -> Vec<String> {
+    let (n, t, d) = (uploads.to_string(), timeout.to_string(), secs.to_string());
+    ["watch", "--json", "--lab", "--lab-uploads", &n, "--lab-target", target, "--stall-timeout", &t, "--duration", &d]
+        .map(String::from)
+        .to_vec()
+}
+
 pub fn tcp_lab(args: &[&str]) -> (Proc, Value) {
     let mut full = vec!["lab", "tcp"];
     full.extend_from_slice(args);

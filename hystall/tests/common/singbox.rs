@@ -385,16 +385,7 @@ pub fn server_config(opts: &Options, port: u16, key: &Path, cert: &Path, clash: 
     if let Some(w) = opts.connection_receive_window {
         inbound["connection_receive_window"] = json!(w);
     }
-    let mut config = json!({
-        "log": log_section(opts),
-        "inbounds": [inbound],
-        "outbounds": [{ "type": "direct", "tag": "direct" }],
-    });
-    if let Some(api) = clash {
-        config["experimental"] =
-            json!({ "clash_api": { "external_controller": api.addr.to_string(), "secret": api.secret } });
-    }
-    config
+    server_with(opts, inbound, clash)
 }
 
 /// The server of a TUIC or Hysteria (v1) pair: the same listener, TLS and
@@ -416,6 +407,12 @@ fn other_server_config(opts: &Options, port: u16, key: &Path, cert: &Path, clash
         }),
         Protocol::Hysteria2 => unreachable!("built by server_config"),
     };
+    server_with(opts, inbound, clash)
+}
+
+/// A server config around `inbound`: logs, everything out "direct", and the
+/// Clash API when asked for.
+fn server_with(opts: &Options, inbound: Value, clash: Option<&ClashApi>) -> Value {
     let mut config = json!({
         "log": log_section(opts),
         "inbounds": [inbound],
