@@ -91,11 +91,6 @@ pub fn test_step(args: &[String]) -> Option<Report> {
     Some(report)
 }
 
-/// The dist binary of this version (what the kernel matrix runs), when built.
-pub fn built_binary() -> Option<PathBuf> {
-    Some(Artifacts::new().binary).filter(|p| p.exists())
-}
-
 fn build() -> anyhow::Result<Artifacts> {
     let artifacts = Artifacts::new();
     let built = binary::build()?;
