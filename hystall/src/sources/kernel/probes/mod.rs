@@ -216,10 +216,7 @@ impl Probes {
             }
         }
         let tcp_probe = status.iter().any(|s| s.name == "tcp_probe" && s.attached);
-        let attached: Vec<&str> = status.iter().filter(|s| s.attached).map(|s| s.name.as_str()).collect();
-        let mut path = send_path::chosen(&attached, tcp_probe);
         if let Some(p) = send {
-            path = Some(p);
             status.insert(0, ProbeStatus { name: p.program().unwrap_or_default().into(), attached: true, note: None });
         } else {
             // Every send-result program failed: each says why, and what is left.
@@ -236,6 +233,9 @@ impl Probes {
             let why = status.iter().filter_map(|s| s.note.clone()).next().unwrap_or_default();
             return Err(ProbeError::Load(format!("no program could attach: {why}")));
         }
+        // Decided once, from what attached.
+        let attached: Vec<&str> = status.iter().filter(|s| s.attached).map(|s| s.name.as_str()).collect();
+        let path = send_path::chosen(&attached, tcp_probe);
         if path == Some(SendPath::ZeroWindow) {
             set_switch(&mut ebpf, switch::ZERO_WINDOW)?;
         }
