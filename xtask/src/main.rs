@@ -40,7 +40,7 @@ enum Task {
     },
     /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test);
     /// without extra args, also build and check the artifacts of `dist`, then run the kernel
-    /// matrix (`vm`, on the release build; HYSTALL_VM=0 skips it).
+    /// matrix (`vm`, on the dist binary just built; HYSTALL_VM=0 skips it).
     Test {
         /// Extra arguments for cargo test, after `--` (e.g. `-- stall -- --nocapture`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

@@ -239,12 +239,10 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
         }
     }
     passed &= !dist_failed;
-    // The matrix runs the release build (`--bin` runs any other). The static
-    // musl artifact hung a Debian 5.10 guest in one run (soft lockups in
-    // syscall_trace_enter while doctor attached the raw_syscalls probes;
-    // the release build passed there every time): until that is understood,
-    // CI's matrix stays on the build it has passed with.
-    let vm = kernel_matrix(args, None, &mut totals, &mut digest);
+    // The matrix runs what a node installs: the static binary just built and
+    // checked by the dist step (the release build when that step did not run).
+    let artifact = dist.as_ref().and_then(|d| d.binary.clone()).filter(|b| b.is_file());
+    let vm = kernel_matrix(args, artifact, &mut totals, &mut digest);
     let secs = started.elapsed().as_secs();
     let tests_passed = passed;
     let passed = passed && vm;

@@ -54,6 +54,8 @@ pub struct Report {
     pub passed: u64,
     pub failed: u64,
     pub skipped: u64,
+    /// The static binary, when it was built: the kernel matrix runs it.
+    pub binary: Option<std::path::PathBuf>,
 }
 
 impl Report {
@@ -77,7 +79,7 @@ impl Report {
 }
 
 pub(super) fn check(a: &Artifacts) -> Report {
-    let mut r = Report::default();
+    let mut r = Report { binary: Some(a.binary.clone()), ..Report::default() };
     r.record("binary: static, no dynamic section nor interpreter (readelf -d, -l)", is_static(&a.binary));
     r.record(&format!("binary: `--version` prints `hystall {VERSION}`"), prints_version(&a.binary));
     let lab = "binary: `watch --lab --lab-target stall` reports quic_starved (eBPF embedded and working)";

@@ -149,8 +149,22 @@ fn console_tail(out: &Path) -> String {
 /// `kvm_pvm` (nested "PVM"), which boots only PVM-built guest kernels: a stock
 /// Debian kernel hangs right after "Probing EDD" without a word.
 /// HYSTALL_VM_ACCEL=kvm|tcg overrides.
+///
+/// TCG runs single-threaded (both vCPUs on one host thread): multi-threaded
+/// TCG (QEMU 7.2, Debian 12's) hung guests in about one kernel run in
+/// fifteen, every vCPU spinning at the `sys_enter` tracepoint's jump-label
+/// site in syscall_trace_enter (soft lockups, nothing of hystall on the
+/// stack) right after a probe attached there: the kernel rewrites that
+/// instruction on the fly while the other vCPU runs it, which multi-threaded
+/// TCG does not always see. HYSTALL_VM_TCG=multi brings it back (faster).
 fn accelerator() -> Vec<&'static str> {
-    if kvm() { vec!["-enable-kvm", "-cpu", "host"] } else { vec!["-accel", "tcg,thread=multi", "-cpu", "max"] }
+    if kvm() {
+        vec!["-enable-kvm", "-cpu", "host"]
+    } else if std::env::var("HYSTALL_VM_TCG").is_ok_and(|v| v == "multi") {
+        vec!["-accel", "tcg,thread=multi", "-cpu", "max"]
+    } else {
+        vec!["-accel", "tcg,thread=single", "-cpu", "max"]
+    }
 }
 
 /// Whether the guests run under KVM (see `accelerator`).
