@@ -72,7 +72,7 @@ fn four_and_two_stalled_starting_together_with_salamander() {
 }
 
 #[test]
-#[ignore = "not reliable yet: 1 of 4 runs passed (2026-12-06; 2 of 8 starved clients flagged right, 0 wrong flags): with a 2-stalled client beside the two 4-stalled ones, the byte rules let the 2-stalled connection hold most of a starved one's targets, whose floor then stays at 2 (docs/DETECTOR.md)"]
+#[ignore = "not reliable yet: 1 of 4 runs passed (2026-12-06; 3 of 8 starved clients flagged right, 0 wrong flags): with a 2-stalled client beside the two 4-stalled ones, the byte rules let the 2-stalled connection hold most of a starved one's targets, whose floor then stays at 2 (docs/DETECTOR.md)"]
 fn two_starved_clients_starting_together_over_ipv6() {
     let name = "two_starved_clients_starting_together_over_ipv6";
     let Some(_g) = ready(name) else { return };
