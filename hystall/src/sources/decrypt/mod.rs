@@ -236,26 +236,24 @@ impl LiveDecrypt {
         suspects: &[Suspect],
         keys: &crate::sources::kernel::flow_map::FlowMap,
     ) {
-        let mut want: HashMap<FlowId, (FlowKey, u64, Option<usize>, bool, Option<ClientRandom>)> = HashMap::new();
+        let mut want: HashMap<FlowId, (FlowKey, Option<usize>, bool, Option<ClientRandom>)> = HashMap::new();
         for s in suspects {
             // Its handshake's random, from the Initial of its first flow.
             let random = s.flows.iter().find_map(|f| self.randoms.get(f)).copied();
             for f in &s.flows {
                 if let Some(k) = keys.key(f) {
-                    want.insert(*f, (k, s.conn, s.cid_len, s.pass, random));
+                    want.insert(*f, (k, s.cid_len, s.pass, random));
+                    // Every flow of a connection goes to one decryptor: a
+                    // port hop's new flow joins what the connection's frames
+                    // say so far (its DATA_BLOCKED too) before the old go.
+                    self.decryptors.same_conn(*f, s.conn);
                 }
             }
         }
         let gone: Vec<FlowId> = self.selected.keys().filter(|f| !want.contains_key(f)).copied().collect();
-        // Every flow of a connection goes to one decryptor: a port hop's
-        // new flow joins what the connection's frames say so far (its
-        // DATA_BLOCKED too) before the old flows go.
-        for (flow, w) in &want {
-            self.decryptors.same_conn(*flow, w.1);
-        }
         self.decryptors.forget(&gone);
         let mut added = false;
-        for (flow, (key, _, cid_len, pass, random)) in want {
+        for (flow, (key, cid_len, pass, random)) in want {
             let r = match self.selected.get_mut(&flow) {
                 Some(r) => r,
                 None => {
