@@ -358,6 +358,11 @@ pub struct StarvedEvidence {
     /// Stalled targets of the server that may be this connection's but that
     /// no evidence ties to it (counted for no connection).
     pub unattributed_targets: usize,
+    /// Stalled targets it holds at least `at_least` of whatever the split,
+    /// when no evidence says which are its (clients that started together):
+    /// shared with `with_conns`, never listed as its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_targets: Option<SharedTargets>,
     /// The server's own stream table (`--hysteria-api`), when available.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_streams: Option<super::detector::ApiEvidence>,
@@ -365,6 +370,17 @@ pub struct StarvedEvidence {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frames: Option<super::frames::FrameEvidence>,
     pub targets: Vec<StarvedTarget>,
+}
+
+/// Stalled targets a connection shares with others (`shared_targets`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SharedTargets {
+    /// It holds at least this many of them.
+    pub at_least: usize,
+    /// Cookies of the stalled targets it may hold.
+    pub targets: Vec<u64>,
+    /// The other connections they may be.
+    pub with_conns: Vec<u64>,
 }
 
 /// One stalled target and how strongly it is tied to the connection.

@@ -109,9 +109,24 @@ fn starved_line(tag: &str, s: &StarvedInfo) -> String {
         concat!(
             "{tag:<9} conn {id} {client} -> {server} [{conf}] {owner}: no client stream data for {quiet:.1}s ",
             "while {small:.0} small pkt/s up and {down:.0} pkt/s down still flow; {k} stalled target(s) hold it ",
-            "(it takes {need} of {sw} MiB to fill {cw} MiB): {targets}, {unsent} unsent{frames}{reason}"
+            "(it takes {need} of {sw} MiB to fill {cw} MiB): {targets}{shared}, {unsent} unsent{frames}{reason}"
         ),
         frames = e.frames.as_ref().map(frames_part).unwrap_or_default(),
+        // Targets it holds some of, not its own: "at least 4 of these 8, with conn 2".
+        shared = e
+            .shared_targets
+            .as_ref()
+            .map(|sh| {
+                let with: Vec<String> = sh.with_conns.iter().map(|c| c.to_string()).collect();
+                format!(
+                    "; and at least {} of these {} shared with conn {}: {:?}",
+                    sh.at_least,
+                    sh.targets.len(),
+                    with.join(", "),
+                    sh.targets
+                )
+            })
+            .unwrap_or_default(),
         tag = tag,
         targets = targets.join(", "),
         id = s.conn,

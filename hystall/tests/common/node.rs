@@ -114,6 +114,10 @@ pub struct Flag {
     pub confidence: String,
     /// Target ports of the blamed sockets (None: a socket no event described).
     pub blamed: Vec<Option<u16>>,
+    /// Target ports of the stalled targets it holds some of whatever the
+    /// split (`evidence.shared_targets`), and how many at least.
+    pub shared: Vec<Option<u16>>,
+    pub shared_at_least: usize,
 }
 
 pub struct Run {
@@ -322,6 +326,14 @@ impl Run {
                     .filter_map(Value::as_u64)
                     .map(|c| ports.get(&c).copied())
                     .collect(),
+                shared: e["evidence"]["shared_targets"]["targets"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_u64)
+                    .map(|c| ports.get(&c).copied())
+                    .collect(),
+                shared_at_least: e["evidence"]["shared_targets"]["at_least"].as_u64().unwrap_or(0) as usize,
             })
             .collect()
     }
@@ -374,8 +386,14 @@ impl Run {
             if c.plan.work.starves() {
                 score.starved += 1;
                 let best = flags.iter().rev().find(|f| f.confidence == "likely" || f.confidence == "confirmed");
+                // Its own targets, and the shared ones it holds at least so
+                // many of whatever the split: that many of those are its in
+                // truth (else the floor was wrong).
+                let own = |p: &Option<u16>| p.is_some_and(|p| c.target_ports.contains(&p));
                 let right = best.is_some_and(|f| {
-                    f.blamed.len() >= need && f.blamed.iter().all(|p| p.is_some_and(|p| c.target_ports.contains(&p)))
+                    f.blamed.len() + f.shared_at_least >= need
+                        && f.blamed.iter().all(own)
+                        && f.shared.iter().filter(|p| own(p)).count() >= f.shared_at_least
                 });
                 if right {
                     score.right += 1;
@@ -385,10 +403,14 @@ impl Run {
                 } else {
                     score.missed += 1;
                 }
-                // No flag of this client may carry another's targets.
+                // No flag of this client may carry another's targets as
+                // its own, nor claim more of the shared ones than are its.
                 score.foreign += flags
                     .iter()
-                    .filter(|f| f.blamed.iter().any(|p| !p.is_some_and(|p| c.target_ports.contains(&p))))
+                    .filter(|f| {
+                        f.blamed.iter().any(|p| !own(p))
+                            || f.shared.iter().filter(|p| own(p)).count() < f.shared_at_least
+                    })
                     .count();
             } else {
                 score.healthy += 1;

@@ -41,10 +41,19 @@ pub fn checkpoints(t: &Target, out: &mut Vec<Mono>) {
     }
 }
 
+/// How long before a target's connect the bytes it takes may have arrived:
+/// a client sends its request and the upload behind it at once, and the
+/// server holds them in the stream's buffer until its dial completes (the
+/// connect rule's window: the request arrives within it). With many clients
+/// starting together on a loaded node the dial comes milliseconds late, and
+/// counting from the connect itself ruled out every assignment, the true
+/// one included.
+pub const LEAD: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// Whether connection `c` can have carried the bytes of all of `set`: for
 /// each target's start, the targets that started then or later took no more
-/// than the connection carried since (a target takes nothing before its
-/// connect, so bytes carried before it went elsewhere).
+/// than the connection carried since `LEAD` before it (a target takes
+/// nothing before its connect, so bytes carried before that went elsewhere).
 pub fn carried(c: &ConnSeries, set: &[&Target]) -> bool {
     let slack_for = |n: usize| MARK_BYTES * (n + c.per_cpu.len().max(1)) as u64;
     let mut starts: Vec<Mono> = set.iter().map(|t| t.start).collect();
@@ -53,7 +62,7 @@ pub fn carried(c: &ConnSeries, set: &[&Target]) -> bool {
     let mut times = Vec::with_capacity(set.len() * 4);
     starts.iter().all(|&from| {
         let later: Vec<&&Target> = set.iter().filter(|t| t.start >= from).collect();
-        let base = c.series.at(from);
+        let base = c.series.at(Mono(from.0.saturating_sub(LEAD.as_nanos() as u64)));
         times.clear();
         for t in &later {
             checkpoints(t, &mut times);

@@ -29,6 +29,7 @@
 pub mod api;
 mod connect;
 mod fit;
+mod floors;
 mod reply;
 pub mod series;
 mod solve;
@@ -49,6 +50,8 @@ use super::time::Mono;
 use super::verdict::Verdict;
 use api::RelayRecord;
 use series::ByteSeries;
+
+pub use floors::Shared;
 
 /// The tables kept here are keyed by cookies and connection ids: foldhash,
 /// not SipHash (its hashing showed in profiles of a node's ticks).
@@ -304,6 +307,14 @@ pub struct Attribution {
     aborted: Map<Vec<u64>, Mono>,
     /// Group searches run (for the tests of the back-off).
     searches: u64,
+    /// Stalled targets connections hold whatever the split (`floors.rs`).
+    floors: floors::Floors,
+    /// The stalled open targets at the last pass (counted by the floors).
+    stalled: std::collections::HashSet<u64>,
+    /// Groups whose floors were looked for, and when: looked for again
+    /// after `SEARCH_BACKOFF`, or at once when the stalled targets change
+    /// (at node scale marks make every tick a deduction).
+    floored: Map<Vec<u64>, Mono>,
 }
 
 impl Attribution {
@@ -322,6 +333,13 @@ impl Attribution {
     /// Targets linked to `conn`.
     pub fn linked_to(&self, conn: u64) -> impl Iterator<Item = u64> + '_ {
         self.by_conn.get(&conn).into_iter().flatten().copied()
+    }
+
+    /// The stalled targets `conn` holds whatever the split, when no
+    /// evidence says which (`floors.rs`): how many at least, of which.
+    pub fn shared(&self, conn: u64) -> Option<Shared> {
+        let link = |t: u64| self.link(t).copied();
+        self.floors.of(conn, &|t| self.stalled.contains(&t), &link)
     }
 
     /// Whether the client bytes `conn` carried that none of its linked
@@ -443,11 +461,19 @@ impl Attribution {
             self.last_pass = Some(now);
             // Stalled targets whose connect and bytes we never saw (they
             // predate us, or their process was found later) are followed too.
+            let mut stalled = std::collections::HashSet::with_capacity(self.stalled.len());
             for s in socks.iter().filter(|s| s.closed.is_none() && s.k.outbound && s.verdict == Verdict::Stalled) {
                 if let std::collections::hash_map::Entry::Vacant(e) = self.targets.entry(s.k.cookie) {
                     e.insert(Target::new(s.k.pid, s.k.first_seen.unwrap_or(now)));
                     self.dirty = true;
                 }
+                stalled.insert(s.k.cookie);
+            }
+            // Which targets count for the floors changed: search again.
+            if stalled != self.stalled {
+                self.stalled = stalled;
+                self.floored.clear();
+                self.dirty = true;
             }
             self.forget(now, conns, socks);
         }
@@ -583,6 +609,7 @@ impl Attribution {
             return;
         }
         self.aborted.retain(|_, at| now.since(*at) < SEARCH_BACKOFF);
+        self.floored.retain(|_, at| now.since(*at) < SEARCH_BACKOFF);
         let problem = solve::Problem {
             conns: &self.conns,
             targets: &self.targets,
@@ -592,10 +619,13 @@ impl Attribution {
             windows: fit::Windows { stream: self.cfg.stream_window, conn: self.cfg.conn_window },
             skip: &self.aborted,
             budget: self.cfg.search_nodes,
+            counted: &self.stalled,
+            floored: &self.floored,
         };
         let solved = problem.solve();
         self.searches += solved.searched;
         self.aborted.extend(solved.aborted.into_iter().map(|g| (g, now)));
+        self.floored.extend(solved.floored.into_iter().map(|g| (g, now)));
         let tied: HashMap<u64, (u64, bool)> = solved.deduced.into_iter().map(|(t, c, s)| (t, (c, s))).collect();
         for (cookie, cands) in open {
             let Some(t) = self.targets.get_mut(&cookie) else { continue };
@@ -632,6 +662,10 @@ impl Attribution {
                 None => t.candidates = cands,
             }
         }
+        let targets = &self.targets;
+        let link = |t: u64| targets.get(&t).and_then(|t| t.link);
+        let stalled = &self.stalled;
+        self.floors.update(solved.floors, &|t| stalled.contains(&t), &link);
     }
 
     fn set_api(&mut self, cookie: u64, conn: Option<u64>, now: Mono, pid: u32) {
@@ -715,6 +749,10 @@ impl Attribution {
                 set.remove(&cookie);
             }
         }
+        let targets = &self.targets;
+        let link = |t: u64| targets.get(&t).and_then(|t| t.link);
+        let stalled = &self.stalled;
+        self.floors.retain(|c| conns.get(c).is_some_and(|c| c.closed.is_none()), &|t| stalled.contains(&t), &link);
         self.conns.retain(|id, _| conns.get(*id).is_some());
         self.by_conn.retain(|id, set| !set.is_empty() && conns.get(*id).is_some());
         let horizon = Mono(now.0.saturating_sub(CONN_HORIZON.as_nanos() as u64));

@@ -33,6 +33,24 @@ pub struct Problem<'a> {
     pub skip: &'a Map<Vec<u64>, Mono>,
     /// Nodes one group's search may visit.
     pub budget: usize,
+    /// Targets whose count per connection matters (stalled ones): for
+    /// each, the least of them a connection holds in every assignment
+    /// (`Floor`).
+    pub counted: &'a std::collections::HashSet<u64>,
+    /// Groups whose floors were found lately (the counted targets the
+    /// same): not searched for them again yet (`floors.rs` keeps them).
+    pub floored: &'a Map<Vec<u64>, Mono>,
+}
+
+/// What every assignment obeying the rules gives one connection, when which
+/// target is whose stays open: at least `at_least` of `targets` (counted
+/// targets of a group, none tied), which it shares with `with`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Floor {
+    pub conn: u64,
+    pub at_least: usize,
+    pub targets: Vec<u64>,
+    pub with: Vec<u64>,
 }
 
 /// What the deduction found: (target, connection, by the search).
@@ -45,9 +63,13 @@ pub struct Solved {
     pub aborted: Vec<Vec<u64>>,
     /// Groups searched.
     pub searched: u64,
+    /// Connections that hold counted targets whatever the split.
+    pub floors: Vec<Floor>,
+    /// Groups whose floors were looked for.
+    pub floored: Vec<Vec<u64>>,
 }
 
-impl Problem<'_> {
+impl<'a> Problem<'a> {
     fn set_of(&self, conn: u64, extra: &[u64]) -> Vec<&Target> {
         self.linked.get(&conn).into_iter().flatten().chain(extra).filter_map(|c| self.targets.get(c)).collect()
     }
@@ -67,6 +89,8 @@ impl Problem<'_> {
     pub fn solve(mut self) -> Solved {
         let mut out = Vec::new();
         let mut aborted = Vec::new();
+        let mut floors = Vec::new();
+        let mut floored = Vec::new();
         let mut searched = 0;
         // 1. Each open target against each of its candidates, given what is
         //    tied already: drop those that cannot have carried it; one left →
@@ -100,15 +124,32 @@ impl Problem<'_> {
         }
         // 2. Groups of open targets that share candidates, searched.
         for group in groups(&self.open) {
+            if group.len() > MAX_GROUP && !self.floored.contains_key(&group) {
+                // Too large to search: each connection against the rest taken
+                // as one bin without rules of its own (a looser bound).
+                let found = self.loose_floors(&group);
+                floored.push(group.clone());
+                tracing::debug!(len = group.len(), ?found, "attribution: group too large to search; loose floors");
+                floors.extend(found);
+            }
             if group.len() <= MAX_GROUP && !self.skip.contains_key(&group) {
                 searched += 1;
                 match self.search(&group) {
-                    Some(ties) => out.extend(ties.into_iter().map(|(t, c)| (t, c, true))),
+                    Some(ties) if !self.floored.contains_key(&group) => {
+                        let found = self.floors(&group, &ties);
+                        tracing::debug!(?group, ?found, "attribution: floors");
+                        floors.extend(found);
+                        floored.push(group.clone());
+                        out.extend(ties.into_iter().map(|(t, c)| (t, c, true)));
+                    }
+                    Some(ties) => {
+                        out.extend(ties.into_iter().map(|(t, c)| (t, c, true)));
+                    }
                     None => aborted.push(group),
                 }
             }
         }
-        Solved { deduced: out, aborted, searched }
+        Solved { deduced: out, aborted, searched, floors, floored }
     }
 
     /// Every assignment of `group` that obeys both rules; a target that takes
@@ -116,54 +157,7 @@ impl Problem<'_> {
     /// None: the search ran out of its node budget.
     fn search(&self, group: &[u64]) -> Option<Vec<(u64, u64)>> {
         let cands: Vec<&Vec<u64>> = group.iter().map(|t| &self.open[t]).collect();
-        let members: Vec<Option<&Target>> = group.iter().map(|t| self.targets.get(t)).collect();
-        // The connections the explained rule prunes by, with what their
-        // linked targets and every group target that may be theirs took.
-        // A connection that not even all of those explain (its bytes went
-        // elsewhere: UDP relayed in full-size datagrams, streams to targets
-        // we never saw) says nothing here; nor does one seen only in part.
-        let mut slots = Vec::new();
-        let mut slot_of = HashMap::new();
-        for c in cands.iter().flat_map(|v| v.iter().copied()).collect::<BTreeSet<u64>>() {
-            let Some(series) = self.conns.get(&c) else { continue };
-            let Some(from) = series.known_from else { continue };
-            let mine = members.iter().zip(&cands).filter(|(_, v)| v.contains(&c)).filter_map(|(t, _)| *t);
-            let set: Vec<&Target> = self.set_of(c, &[]).into_iter().chain(mine).collect();
-            let into = set.iter().map(|t| took_between(t, from, self.now)).sum();
-            let slot = Slot { series, from, into, n: set.len() };
-            if self.explains(&slot) {
-                slot_of.insert(c, slots.len());
-                slots.push(slot);
-            }
-        }
-        // Each target's share of each candidate's slot (its first listing).
-        let shares = members
-            .iter()
-            .zip(&cands)
-            .map(|(t, v)| {
-                v.iter()
-                    .enumerate()
-                    .map(|(k, c)| {
-                        let t = (*t)?;
-                        let s = *slot_of.get(c).filter(|_| !v[..k].contains(c))?;
-                        Some((s, took_between(t, slots[s].from, self.now)))
-                    })
-                    .collect()
-            })
-            .collect();
-        let mut s = Search {
-            p: self,
-            group,
-            cands: &cands,
-            slots,
-            shares,
-            pick: vec![0; group.len()],
-            fixed: None,
-            found: false,
-            extra: Vec::with_capacity(group.len()),
-            nodes: 0,
-            out_of_budget: false,
-        };
+        let mut s = self.searcher(group, &cands);
         // Witnesses: for each target and each connection it was not yet seen
         // on, one assignment obeying the rules that puts it there (each found
         // shows every target's connection in it). A target left with one
@@ -204,6 +198,163 @@ impl Problem<'_> {
         )
     }
 
+    /// For each connection of `group` that may hold counted targets not
+    /// in `tied`: the least of them it holds over every assignment obeying
+    /// the rules (a bounded branch and bound per connection; one that runs
+    /// out of budget says nothing). Only floors of one or more are kept.
+    fn floors(&self, group: &[u64], tied: &[(u64, u64)]) -> Vec<Floor> {
+        let counted: Vec<bool> =
+            group.iter().map(|t| self.counted.contains(t) && !tied.iter().any(|(x, _)| x == t)).collect();
+        if !counted.iter().any(|c| *c) {
+            return Vec::new();
+        }
+        let cands: Vec<&Vec<u64>> = group.iter().map(|t| &self.open[t]).collect();
+        let conns: BTreeSet<u64> =
+            cands.iter().zip(&counted).filter(|(_, c)| **c).flat_map(|(v, _)| v.iter().copied()).collect();
+        let mut out = Vec::new();
+        for conn in conns {
+            // Its own possible counted targets first, those that took the
+            // most first: its explained rule then fails within the first
+            // levels of a branch that gives it too few (searched in cookie
+            // order, 14 targets of 5 connections ran out of budget).
+            let order = self.floor_order(group, &counted, conn);
+            let g: Vec<u64> = order.iter().map(|&i| group[i]).collect();
+            let cs: Vec<&Vec<u64>> = order.iter().map(|&i| cands[i]).collect();
+            let mut s = self.searcher(&g, &cs);
+            s.counted = order.iter().map(|&i| counted[i]).collect();
+            let Some(at_least) = s.least(conn) else { continue };
+            if at_least == 0 {
+                continue;
+            }
+            let mine: Vec<usize> = (0..group.len()).filter(|&i| counted[i] && cands[i].contains(&conn)).collect();
+            let with: BTreeSet<u64> =
+                mine.iter().flat_map(|&i| cands[i].iter().copied()).filter(|c| *c != conn).collect();
+            out.push(Floor {
+                conn,
+                at_least,
+                targets: mine.iter().map(|&i| group[i]).collect(),
+                with: with.into_iter().collect(),
+            });
+        }
+        out
+    }
+
+    /// The order `floors` places `group`'s targets in for `conn`: its own
+    /// possible counted targets first, those that took the most first.
+    fn floor_order(&self, group: &[u64], counted: &[bool], conn: u64) -> Vec<usize> {
+        let took = |t: u64| self.targets.get(&t).map_or(0, |t| super::fit::took(t, self.now));
+        let mut order: Vec<usize> = (0..group.len()).collect();
+        order.sort_by_key(|&i| {
+            (!(counted[i] && self.open[&group[i]].contains(&conn)), std::cmp::Reverse(took(group[i])), group[i])
+        });
+        order
+    }
+
+    /// Floors for a group too large to search, from each connection's own
+    /// explained rule alone: the other connections' rules are dropped (a
+    /// relaxation: more assignments pass, so the least count it finds is a
+    /// lower bound of the true one). The connection gets every target that
+    /// may be its and does not count, then the counted ones that took the
+    /// most, until its bytes are explained: fewer cannot explain them.
+    fn loose_floors(&self, group: &[u64]) -> Vec<Floor> {
+        let counted: Vec<u64> = group.iter().copied().filter(|t| self.counted.contains(t)).collect();
+        if counted.is_empty() {
+            return Vec::new();
+        }
+        let conns: BTreeSet<u64> = counted.iter().flat_map(|t| self.open[t].iter().copied()).collect();
+        let mut out = Vec::new();
+        for conn in conns {
+            let Some(series) = self.conns.get(&conn) else { continue };
+            let Some(from) = series.known_from else { continue };
+            let took = |t: &u64| self.targets.get(t).map_or(0, |t| took_between(t, from, self.now));
+            let may = |t: &&u64| self.open[*t].contains(&conn);
+            let linked = self.set_of(conn, &[]);
+            let free: Vec<u64> = group.iter().filter(may).filter(|t| !self.counted.contains(t)).copied().collect();
+            let mut mine: Vec<u64> = counted.iter().filter(may).copied().collect();
+            mine.sort_by_key(|t| std::cmp::Reverse(took(t)));
+            let base: u64 = linked.iter().map(|t| took_between(t, from, self.now)).sum::<u64>()
+                + free.iter().map(took).sum::<u64>();
+            let n = linked.len() + free.len();
+            let explained = |k: usize| {
+                let into = base + mine[..k].iter().map(took).sum::<u64>();
+                unexplained(series, n + k, into, from, self.now, self.windows) == 0
+            };
+            tracing::debug!(
+                conn,
+                carried = series.series.at(self.now).saturating_sub(series.series.at(from)),
+                free = ?free.iter().map(|t| (*t, took(t))).collect::<Vec<_>>(),
+                mine = ?mine.iter().map(|t| (*t, took(t))).collect::<Vec<_>>(),
+                base,
+                "attribution: loose floor of"
+            );
+            // No k explains it: its bytes went elsewhere; nothing is said.
+            let Some(at_least) = (0..=mine.len()).find(|&k| explained(k)) else { continue };
+            if at_least == 0 {
+                continue;
+            }
+            let with: BTreeSet<u64> =
+                mine.iter().flat_map(|t| self.open[t].iter().copied()).filter(|c| *c != conn).collect();
+            out.push(Floor { conn, at_least, targets: mine, with: with.into_iter().collect() });
+        }
+        out
+    }
+
+    /// A search over `group` (its targets' candidates `cands`), ready to descend.
+    fn searcher<'s>(&'s self, group: &'s [u64], cands: &'s [&'s Vec<u64>]) -> Search<'s, 'a> {
+        let members: Vec<Option<&Target>> = group.iter().map(|t| self.targets.get(t)).collect();
+        // The connections the explained rule prunes by, with what their
+        // linked targets and every group target that may be theirs took.
+        // A connection that not even all of those explain (its bytes went
+        // elsewhere: UDP relayed in full-size datagrams, streams to targets
+        // we never saw) says nothing here; nor does one seen only in part.
+        let mut slots = Vec::new();
+        let mut slot_of = HashMap::new();
+        for c in cands.iter().flat_map(|v| v.iter().copied()).collect::<BTreeSet<u64>>() {
+            let Some(series) = self.conns.get(&c) else { continue };
+            let Some(from) = series.known_from else { continue };
+            let mine = members.iter().zip(cands.iter()).filter(|(_, v)| v.contains(&c)).filter_map(|(t, _)| *t);
+            let set: Vec<&Target> = self.set_of(c, &[]).into_iter().chain(mine).collect();
+            let into = set.iter().map(|t| took_between(t, from, self.now)).sum();
+            let slot = Slot { series, from, into, n: set.len() };
+            if self.explains(&slot) {
+                slot_of.insert(c, slots.len());
+                slots.push(slot);
+            }
+        }
+        // Each target's share of each candidate's slot (its first listing).
+        let shares = members
+            .iter()
+            .zip(cands.iter())
+            .map(|(t, v)| {
+                v.iter()
+                    .enumerate()
+                    .map(|(k, c)| {
+                        let t = (*t)?;
+                        let s = *slot_of.get(c).filter(|_| !v[..k].contains(c))?;
+                        Some((s, took_between(t, slots[s].from, self.now)))
+                    })
+                    .collect()
+            })
+            .collect();
+        Search {
+            p: self,
+            group,
+            cands,
+            slots,
+            shares,
+            pick: vec![0; group.len()],
+            fixed: None,
+            found: false,
+            extra: Vec::with_capacity(group.len()),
+            nodes: 0,
+            out_of_budget: false,
+            least_for: None,
+            counted: Vec::new(),
+            count: 0,
+            best: 0,
+        }
+    }
+
     /// The explained rule for a slot as it stands.
     fn explains(&self, s: &Slot) -> bool {
         unexplained(s.series, s.n, s.into, s.from, self.now, self.windows) == 0
@@ -241,6 +392,13 @@ struct Search<'a, 'p> {
     /// Nodes visited by all of this group's descents.
     nodes: usize,
     out_of_budget: bool,
+    /// Minimising (`least`): the connection whose counted targets are
+    /// counted, which of the group's targets count, how many the current
+    /// branch gave it, and the least of any whole assignment so far.
+    least_for: Option<u64>,
+    counted: Vec<bool>,
+    count: usize,
+    best: usize,
 }
 
 impl Search<'_, '_> {
@@ -282,11 +440,23 @@ impl Search<'_, '_> {
                 return;
             }
         }
-        if i == self.group.len() {
-            self.found = true;
+        // Minimising: this branch already gave the connection as many as
+        // the best whole assignment found.
+        if self.least_for.is_some() && self.count >= self.best {
             return;
         }
-        for k in 0..self.cands[i].len() {
+        if i == self.group.len() {
+            self.found = true;
+            self.best = self.best.min(self.count);
+            return;
+        }
+        // Minimising: the connection's own listing last, so that the
+        // cheapest assignments come first and bound the rest.
+        let last = self.least_for.filter(|_| self.counted[i]);
+        let order = (0..self.cands[i].len())
+            .filter(|&k| Some(self.cands[i][k]) != last)
+            .chain((0..self.cands[i].len()).filter(|&k| Some(self.cands[i][k]) == last));
+        for k in order.collect::<Vec<usize>>() {
             let c = self.cands[i][k];
             if self.fixed.is_some_and(|(fi, fc)| fi == i && fc != c) {
                 continue;
@@ -296,14 +466,33 @@ impl Search<'_, '_> {
             self.extra.extend((0..i).filter(|&j| self.cands[j][self.pick[j]] == c).map(|j| self.group[j]));
             self.extra.push(self.group[i]);
             if self.p.carries(c, &self.extra) {
+                let counts = Some(c) == last;
+                self.count += usize::from(counts);
                 self.place(i, k, true);
                 self.dfs(i + 1);
                 self.place(i, k, false);
+                self.count -= usize::from(counts);
             }
-            if self.found || self.out_of_budget {
+            if (self.found && self.least_for.is_none()) || self.out_of_budget {
                 return;
             }
         }
+    }
+
+    /// The least of the counted targets `conn` holds in any assignment
+    /// obeying the rules; None when none does or the budget ran out.
+    fn least(&mut self, conn: u64) -> Option<usize> {
+        self.least_for = Some(conn);
+        self.fixed = None;
+        self.found = false;
+        self.count = 0;
+        self.best = self.group.len() + 1;
+        self.dfs(0);
+        if self.out_of_budget {
+            tracing::debug!(group = ?self.group, conn, "attribution: floor search out of budget");
+            return None;
+        }
+        self.found.then_some(self.best)
     }
 }
 
@@ -415,6 +604,45 @@ mod tests {
     /// with those placed before it on its connection), the explained rule on
     /// each connection that all its possible targets explain.
     fn by_enumeration(p: &Problem, group: &[u64]) -> Vec<(u64, u64)> {
+        let valid = valid_assignments(p, group);
+        let mut seen: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); group.len()];
+        for pick in &valid {
+            for (s, c) in seen.iter_mut().zip(pick) {
+                s.insert(*c);
+            }
+        }
+        group.iter().zip(&seen).filter(|(_, s)| s.len() == 1).map(|(t, s)| (*t, *s.first().expect("one"))).collect()
+    }
+
+    /// Each connection's least count of the counted targets not `tied`,
+    /// over every assignment obeying the rules (those of one or more).
+    fn floors_by_enumeration(p: &Problem, group: &[u64], tied: &[(u64, u64)]) -> Vec<(u64, usize)> {
+        let counted: Vec<bool> =
+            group.iter().map(|t| p.counted.contains(t) && !tied.iter().any(|(x, _)| x == t)).collect();
+        let conns: BTreeSet<u64> =
+            group.iter().zip(&counted).filter(|(_, c)| **c).flat_map(|(t, _)| p.open[t].iter().copied()).collect();
+        conns
+            .into_iter()
+            .filter_map(|c| {
+                let least = least_for(p, group, &counted, c)?;
+                (least > 0).then_some((c, least))
+            })
+            .collect()
+    }
+
+    /// The least count of `counted` targets on `c` over every assignment
+    /// obeying the rules, in the order the search places them for it (the
+    /// carried rule is checked on each prefix of a connection's targets);
+    /// None when no assignment does.
+    fn least_for(p: &Problem, group: &[u64], counted: &[bool], c: u64) -> Option<usize> {
+        let order = p.floor_order(group, counted, c);
+        let g: Vec<u64> = order.iter().map(|&i| group[i]).collect();
+        let k: Vec<bool> = order.iter().map(|&i| counted[i]).collect();
+        valid_assignments(p, &g).iter().map(|pick| pick.iter().zip(&k).filter(|(x, k)| **x == c && **k).count()).min()
+    }
+
+    /// Every assignment (a connection per group target) obeying both rules.
+    fn valid_assignments(p: &Problem, group: &[u64]) -> Vec<Vec<u64>> {
         let cands: Vec<&Vec<u64>> = group.iter().map(|t| &p.open[t]).collect();
         let explains = |c: u64, set: &[u64]| {
             let Some(series) = p.conns.get(&c) else { return true };
@@ -433,7 +661,7 @@ mod tests {
                 explains(c, &all)
             })
             .collect();
-        let mut seen: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); group.len()];
+        let mut valid = Vec::new();
         let total: usize = cands.iter().map(|v| v.len()).product();
         for mut code in 0..total {
             let pick: Vec<u64> = cands
@@ -449,22 +677,24 @@ mod tests {
             let carried = (0..group.len()).all(|i| p.carries(pick[i], &on(pick[i], i + 1)));
             let explained = pruning.iter().all(|&c| explains(c, &on(c, group.len())));
             if carried && explained {
-                for (s, c) in seen.iter_mut().zip(&pick) {
-                    s.insert(*c);
-                }
+                valid.push(pick);
             }
         }
-        group.iter().zip(&seen).filter(|(_, s)| s.len() == 1).map(|(t, s)| (*t, *s.first().expect("one"))).collect()
+        valid
     }
 
     #[test]
     fn the_search_forces_what_trying_every_assignment_forces() {
         let skip = Map::default();
         let mut forced = 0;
+        let mut floored = 0;
+        let mut loose = 0;
         for seed in 1..=3000u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let (conns, targets, open, linked) = problem_parts(&mut rng);
             let group: Vec<u64> = open.keys().copied().collect();
+            // About two targets in three count (stalled).
+            let counted: std::collections::HashSet<u64> = group.iter().copied().filter(|_| rng.below(3) > 0).collect();
             let p = Problem {
                 conns: &conns,
                 targets: &targets,
@@ -474,11 +704,30 @@ mod tests {
                 windows: Windows { stream: 3 * MARK_BYTES_FOR_TEST, conn: 5 * MARK_BYTES_FOR_TEST },
                 skip: &skip,
                 budget: usize::MAX,
+                counted: &counted,
+                floored: &skip,
             };
             let want = by_enumeration(&p, &group);
             forced += want.len();
-            assert_eq!(p.search(&group), Some(want), "seed {seed}");
+            assert_eq!(p.search(&group), Some(want.clone()), "seed {seed}");
+            // The floors: what every assignment gives each connection of
+            // the counted targets none of the rules tied.
+            let floors: Vec<(u64, usize)> = p.floors(&group, &want).iter().map(|f| (f.conn, f.at_least)).collect();
+            let expect = floors_by_enumeration(&p, &group, &want);
+            floored += expect.len();
+            assert_eq!(floors, expect, "seed {seed}");
+            // The loose floors (groups too large to search) never claim
+            // more than every assignment gives.
+            let all: Vec<bool> = group.iter().map(|t| counted.contains(t)).collect();
+            for f in p.loose_floors(&group) {
+                if let Some(e) = least_for(&p, &group, &all, f.conn) {
+                    assert!(f.at_least <= e, "seed {seed}: loose {} > exact {e} for conn {}", f.at_least, f.conn);
+                    loose += 1;
+                }
+            }
         }
         assert!(forced > 100, "the cases force something often enough to test ({forced})");
+        assert!(floored > 0, "the cases give floors ({floored})");
+        assert!(loose > 0, "the cases give loose floors ({loose})");
     }
 }

@@ -243,17 +243,14 @@ impl LiveDecrypt {
             for f in &s.flows {
                 if let Some(k) = keys.key(f) {
                     want.insert(*f, (k, s.cid_len, s.pass, random));
+                    // Every flow of a connection goes to one decryptor: a
+                    // port hop's new flow joins what the connection's frames
+                    // say so far (its DATA_BLOCKED too) before the old go.
+                    self.decryptors.same_conn(*f, s.conn);
                 }
             }
         }
         let gone: Vec<FlowId> = self.selected.keys().filter(|f| !want.contains_key(f)).copied().collect();
-        for f in &gone {
-            if let Some(r) = self.selected.remove(f)
-                && r.passed
-            {
-                probes.deselect_flow(&r.key);
-            }
-        }
         self.decryptors.forget(&gone);
         let mut added = false;
         for (flow, (key, cid_len, pass, random)) in want {

@@ -61,6 +61,13 @@ pub struct Decryptors {
     pub frame_errors: u64,
     /// ClientHello randoms told for flows whose connection is not seen yet.
     randoms: HashMap<FlowId, crate::core::quic::ClientRandom>,
+    /// Live: the connection (the model's id) each read flow belongs to, and
+    /// the decryptor of each such connection. A client that hops ports
+    /// opens a new flow whose packets trial decryption would give a
+    /// decryptor of its own: its frames (nothing but ACKs once blocked)
+    /// then replaced the connection's, DATA_BLOCKED included.
+    model_conn: HashMap<FlowId, u64>,
+    by_model: HashMap<u64, usize>,
 }
 
 impl Decryptors {
@@ -75,6 +82,8 @@ impl Decryptors {
             given_cid_len: HashMap::new(),
             frame_errors: 0,
             randoms: HashMap::new(),
+            model_conn: HashMap::new(),
+            by_model: HashMap::new(),
         }
     }
 
@@ -142,14 +151,26 @@ impl Decryptors {
 
     /// Forgets the connections of `flows` (live: no longer selected). Their
     /// slots stay, emptied, so the other indexes hold.
+    /// Live: `flow` belongs to the model's connection `conn` (its flows
+    /// were joined by connection ID from the headers): its packets go to
+    /// that connection's decryptor, whichever of its flows made it.
+    pub fn same_conn(&mut self, flow: FlowId, conn: u64) {
+        self.model_conn.insert(flow, conn);
+        if let Some(&i) = self.by_model.get(&conn) {
+            self.by_flow.entry(flow).or_insert(i);
+        }
+    }
+
     pub fn forget(&mut self, flows: &[FlowId]) {
         for f in flows {
             self.randoms.remove(f);
+            self.model_conn.remove(f);
             if let Some(i) = self.by_flow.remove(f)
                 && !self.by_flow.values().any(|&j| j == i)
                 && let Some(c) = self.conns.get_mut(i)
             {
                 self.by_cid.retain(|_, j| *j != i);
+                self.by_model.retain(|_, j| *j != i);
                 c.dec = ConnDecryptor::new(Arc::new(KeyLog::default()));
                 c.offsets = [HashMap::new(), HashMap::new()];
                 c.hs.clear();
@@ -265,6 +286,11 @@ impl Decryptors {
                 .iter()
                 .find_map(|&l| d.get(1..1 + usize::from(l)).and_then(|cid| self.by_cid.get(cid)).copied());
         }
+        if found.is_none()
+            && let Some(m) = self.model_conn.get(&flow)
+        {
+            found = self.by_model.get(m).copied();
+        }
         let idx = match found {
             Some(i) => i,
             None => {
@@ -301,6 +327,9 @@ impl Decryptors {
             }
         };
         self.by_flow.insert(flow, idx);
+        if let Some(&m) = self.model_conn.get(&flow) {
+            self.by_model.entry(m).or_insert(idx);
+        }
         Some(idx)
     }
 
@@ -587,6 +616,56 @@ mod tests {
         assert_eq!(f.datagrams, whole.datagrams);
         assert_eq!(f.stream_frames, whole.stream_frames);
         assert_eq!(f.unopened[Dir::S2c as usize], whole.unopened[Dir::S2c as usize]);
+    }
+
+    #[test]
+    fn a_hop_to_a_new_port_keeps_the_connections_frames_when_told_it_is_the_same() {
+        // Live, a client that hops ports sends the rest from a new flow; its
+        // packets, opened by trial with the same secrets, made a decryptor
+        // of their own whose frames replaced the connection's (its
+        // DATA_BLOCKED lost). Told the flows are one connection, they share one.
+        let keys = KeyLog::parse(
+            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/lab.keylog")).unwrap(),
+        );
+        let datagrams = lab_datagrams();
+        let (_, flow, _, first) = datagrams.iter().find(|(_, _, d, _)| *d == Dir::C2s).unwrap();
+        let mut hello = Decryptors::new(KeyLog::default());
+        hello.datagram(Mono(0), 0, *flow, Dir::C2s, first);
+        let random = hello.hello_random_of(flow).expect("the ClientHello random");
+        let mut all = Decryptors::new(keys.clone());
+        for (at, f, dir, d) in &datagrams {
+            all.datagram(*at, 0, *f, *dir, d);
+        }
+        let server_cid = all.conns[0].cid_len[Dir::C2s as usize].expect("the server's CID length");
+        let short: Vec<_> = datagrams.iter().filter(|(_, _, dir, d)| *dir == Dir::C2s && d[0] & 0x80 == 0).collect();
+        let mut hopped = *flow;
+        hopped.client.set_port(flow.client.port().wrapping_add(1));
+        let run = |tell: bool| {
+            let mut live = Decryptors::new(keys.clone());
+            live.set_server_cid_len(flow.server, server_cid);
+            live.set_client_random(*flow, random);
+            if tell {
+                live.same_conn(*flow, 7);
+                live.same_conn(hopped, 7);
+            }
+            for (i, (at, f, dir, d)) in short.iter().enumerate() {
+                let f = if i < short.len() / 2 { *f } else { hopped };
+                live.datagram(*at, 0, f, *dir, d);
+            }
+            live
+        };
+        let told = run(true);
+        assert_eq!(told.conns.len(), 1, "one decryptor for both flows");
+        let mut alone = Decryptors::new(keys.clone());
+        alone.set_server_cid_len(flow.server, server_cid);
+        alone.set_client_random(*flow, random);
+        for (at, f, dir, d) in &short {
+            alone.datagram(*at, 0, *f, *dir, d);
+        }
+        assert_eq!(told.conns[0].frames.stream_frames, alone.conns[0].frames.stream_frames);
+        assert_eq!(told.conns[0].frames.acks, alone.conns[0].frames.acks);
+        // Untold, the new flow's frames are a connection of their own.
+        assert_eq!(run(false).conns.len(), 2);
     }
 
     #[test]
