@@ -56,6 +56,9 @@ fn ts(e: &Value) -> jiff::Timestamp {
 
 /// What one run saw: the events, and the flags on each client.
 struct Run {
+    /// The `watch_started` line.
+    started: Value,
+    /// Every event after it.
     events: Vec<Value>,
     /// `quic_starved` events on the starved client's connection.
     on_starved: Vec<Value>,
@@ -143,6 +146,7 @@ fn starved_beside_healthy(test: &str, extra: &[&str]) -> Option<Run> {
             .collect()
     };
     let run = Run {
+        started,
         on_starved: on(&starved_client),
         on_healthy: on(&healthy_client),
         stalled: named(&events, "socket_stalled").iter().filter_map(|e| e["cookie"].as_u64()).collect(),
@@ -191,8 +195,7 @@ fn shoes_nine_stalled_uploads_are_flagged_and_the_healthy_client_is_not() {
 fn shoes_with_decrypt_says_it_reads_go_servers_only_and_keeps_the_inferred_verdict() {
     let test = "shoes_with_decrypt_says_it_reads_go_servers_only_and_keeps_the_inferred_verdict";
     let Some(run) = starved_beside_healthy(test, &["--decrypt"]) else { return };
-    let started = &named(&run.events, "watch_started")[0];
-    let d = &started["decrypt"];
+    let d = &run.started["decrypt"];
     let procs = d["processes"].as_array().unwrap_or_else(|| panic!("decrypt.processes: {d}"));
     assert_eq!(procs.len(), 1, "the shoes process alone: {d}");
     assert!(procs[0]["functions"].as_array().is_some_and(Vec::is_empty), "{d}");
