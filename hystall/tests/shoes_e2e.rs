@@ -32,7 +32,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Uploads into never-reading targets that starve a shoes connection. Eight
 /// streams of 256 KiB pin the whole 2 MiB window, but quinn raises its limits
 /// in steps of an eighth of a window, so eight starve it only sometimes
-/// (measured: 7 never, 8 in about half the runs, 9 every time; docs/DETECTOR.md).
+/// (measured: 7 in 0 of 4 runs, 8 in 8 of 12, 9 every time; docs/DETECTOR.md).
 const STALLED: usize = 9;
 /// Stalled targets it takes to exhaust shoes' window: ceil(2 MiB / 256 KiB).
 const TO_EXHAUST: u64 = 8;
@@ -190,7 +190,10 @@ fn shoes_nine_stalled_uploads_are_flagged_and_the_healthy_client_is_not() {
 
 /// `--decrypt` reads TLS secrets from Go's crypto/tls; shoes is rustls. It
 /// must say so in one line and leave the verdict to inference: `likely`, never
-/// `confirmed` (quinn sends no DATA_BLOCKED anyway).
+/// `confirmed`, and no frame evidence (its packets are passed once flagged,
+/// but none opens). The DATA_BLOCKED that would prove it is the client's to
+/// send (sing-box's quic-go does; so does quinn-proto 0.11.19, shoes' own):
+/// what is missing is the server's secrets.
 #[test]
 fn shoes_with_decrypt_says_it_reads_go_servers_only_and_keeps_the_inferred_verdict() {
     let test = "shoes_with_decrypt_says_it_reads_go_servers_only_and_keeps_the_inferred_verdict";

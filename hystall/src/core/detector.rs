@@ -670,7 +670,8 @@ mod tests {
             events.extend(n.tick(t as f64));
         }
         assert_eq!(starved(&events), vec![(1, "likely", 3)]);
-        let Some(Event::QuicStarved(info)) = events.iter().map(|e| &e.event).find(|e| matches!(e, Event::QuicStarved(_)))
+        let Some(Event::QuicStarved(info)) =
+            events.iter().map(|e| &e.event).find(|e| matches!(e, Event::QuicStarved(_)))
         else {
             panic!()
         };

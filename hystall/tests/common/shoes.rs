@@ -62,7 +62,8 @@ pub fn run_server(bin: &Path, opts: &Options, dir: &Path, port: u16, key: &Path,
     {
         bail!("the shoes server of the lab is plain Hysteria2 with its default windows: {opts:?}");
     }
-    let address = if opts.ipv6 { format!("[{}]:{port}", loopback(true)) } else { format!("{}:{port}", loopback(false)) };
+    let address =
+        if opts.ipv6 { format!("[{}]:{port}", loopback(true)) } else { format!("{}:{port}", loopback(false)) };
     let config = json!([{
         "address": address,
         "transport": "quic",
