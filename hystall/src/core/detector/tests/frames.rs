@@ -21,6 +21,7 @@ fn window_limited(t: f64, period: f64) -> (FrameState, bool) {
     let sending = t < blocked_at;
     let stop = if sending { t } else { blocked_at };
     let f = FrameState {
+        opened: [100, 100],
         last_stream: [Some(s(stop)), None],
         stream_bytes: [limit, 0],
         client_consumed: if sending { limit - MIB } else { limit },
@@ -133,6 +134,7 @@ fn frames_confirm_a_stalled_connection_once_the_limit_held_for_the_stall_timeout
         let t = half as f64 / 2.0;
         n.second(1000, t, false);
         let f = FrameState {
+            opened: [100, 100],
             last_stream: [Some(s(5.0)), None],
             client_consumed: 20 * MIB,
             server_max_data: Some(20 * MIB),
