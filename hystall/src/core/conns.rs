@@ -344,6 +344,13 @@ impl ConnTable {
 
     /// Decrypted-frame figures for the connection of `sample.flow` (offline).
     pub fn frames(&mut self, sample: super::frames::FrameSample) {
+        // No packet opened (no secrets: a server that is not Go, e.g. shoes on
+        // quinn/rustls, or a handshake before the uprobe): the figures are all
+        // zero and prove nothing; kept, they showed as evidence ("client sent
+        // 0 B of 0 B allowed").
+        if sample.state.opened.iter().all(|&n| n == 0) {
+            return;
+        }
         if let Some(id) = self.conn_of(&sample.flow)
             && let Some(c) = self.conns.get_mut(&id)
         {

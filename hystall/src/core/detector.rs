@@ -650,6 +650,35 @@ mod tests {
     }
 
     #[test]
+    fn frames_of_a_connection_none_of_whose_packets_opened_are_no_evidence() {
+        use crate::core::frames::{FrameSample, FrameState};
+        let mut n = Node::new();
+        n.connect(1000, 0.0);
+        let mut events = Vec::new();
+        for t in 1..=5 {
+            n.second(1000, t as f64, true);
+            events.extend(n.tick(t as f64));
+        }
+        for (cookie, fed) in [(1, 3.0), (2, 4.0), (3, 5.0)] {
+            n.stall_target(cookie, fed);
+        }
+        for t in 6..=16 {
+            n.second(1000, t as f64, false);
+            // --decrypt without secrets (shoes: rustls): packets passed, none opened.
+            let state = FrameState { unopened: [40 * t, 10 * t], ..Default::default() };
+            n.conns.frames(FrameSample { flow: Node::flow(1000), state });
+            events.extend(n.tick(t as f64));
+        }
+        assert_eq!(starved(&events), vec![(1, "likely", 3)]);
+        let Some(Event::QuicStarved(info)) =
+            events.iter().map(|e| &e.event).find(|e| matches!(e, Event::QuicStarved(_)))
+        else {
+            panic!()
+        };
+        assert!(info.evidence.frames.is_none(), "{:?}", info.evidence.frames);
+    }
+
+    #[test]
     fn the_servers_own_stream_table_confirms_it() {
         let mut n = Node::new();
         n.connect(1000, 0.0);

@@ -6,6 +6,7 @@ pub mod cgroups;
 pub mod nft;
 pub mod node;
 pub mod scrape;
+pub mod shoes;
 pub mod singbox;
 pub mod tcpdump;
 

@@ -6,6 +6,9 @@
 //!
 //!     test ──SOCKS5──> sing-box client ══QUIC (Hysteria2)══> sing-box server ──TCP/UDP──> targets
 //!
+//! The server may instead be shoes (Rust, quinn; `Options::shoes`, common/shoes.rs):
+//! the clients and everything around them stay the same.
+//!
 //! Everything is std threads and blocking sockets: the processes under test are
 //! the real thing; the helpers only have to be simple and predictable.
 
@@ -71,7 +74,7 @@ fn find_sing_box() -> Option<PathBuf> {
     (out.status.success() && is_executable(&p)).then_some(p)
 }
 
-fn is_executable(p: &Path) -> bool {
+pub fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
@@ -129,6 +132,10 @@ pub struct Options {
     pub ipv6: bool,
     /// The QUIC proxy protocol of the pair (Hysteria2 when default).
     pub protocol: Protocol,
+    /// Run this shoes binary (a Hysteria2 server on quinn, common/shoes.rs) as the
+    /// server instead of sing-box, with its default windows; the clients stay
+    /// sing-box. Hysteria2 only, without obfs, windows or Clash API.
+    pub shoes: Option<PathBuf>,
 }
 
 /// sing-box's QUIC proxy inbounds and outbounds, each with its own defaults
@@ -221,8 +228,15 @@ impl SingBox {
                 secret: format!("hystall-{:x}", SystemTime::now().duration_since(UNIX_EPOCH)?.subsec_nanos()),
             });
         }
-        let server = server_config(&opts, lab.server_port, &key, &cert, lab.clash.as_ref());
-        lab.server = Some(run(&bin, &lab.dir, "server", &server)?);
+        if let Some(shoes) = &opts.shoes {
+            lab.server = Some(super::shoes::run_server(shoes, &opts, &lab.dir, lab.server_port, &key, &cert)?);
+            // quinn answers only once bound; sing-box clients dial at once.
+            wait_udp_bound(lab.server_port, opts.ipv6, lab.server.as_mut().expect("server"), Duration::from_secs(10))
+                .with_context(|| lab.logs())?;
+        } else {
+            let server = server_config(&opts, lab.server_port, &key, &cert, lab.clash.as_ref());
+            lab.server = Some(run(&bin, &lab.dir, "server", &server)?);
+        }
         if opts.no_client {
             wait_udp_bound(lab.server_port, opts.ipv6, lab.server.as_mut().expect("server"), Duration::from_secs(10))
                 .with_context(|| lab.logs())?;
@@ -286,7 +300,8 @@ impl SingBox {
 
     /// The last lines of every log, for assertion messages.
     pub fn logs(&self) -> String {
-        let mut out = format!("sing-box lab in {}\n", self.dir.display());
+        let server = if self.opts.shoes.is_some() { "shoes server, sing-box clients" } else { "sing-box" };
+        let mut out = format!("{server} lab in {}\n", self.dir.display());
         let names = (0..self.clients.len()).map(|i| if i == 0 { "client".to_string() } else { format!("client{i}") });
         for name in std::iter::once("server".to_string()).chain(names) {
             let Ok(text) = std::fs::read_to_string(self.dir.join(format!("{name}.log"))) else { continue };
@@ -426,7 +441,7 @@ fn server_with(opts: &Options, inbound: Value, clash: Option<&ClashApi>) -> Valu
 }
 
 /// The loopback address the lab's QUIC connections use.
-fn loopback(ipv6: bool) -> &'static str {
+pub fn loopback(ipv6: bool) -> &'static str {
     if ipv6 { "::1" } else { "127.0.0.1" }
 }
 
@@ -555,10 +570,10 @@ fn wait_udp_bound(port: u16, ipv6: bool, child: &mut Child, within: Duration) ->
     let deadline = Instant::now() + within;
     while UdpSocket::bind((loopback(ipv6), port)).is_ok() {
         if !matches!(child.try_wait(), Ok(None)) {
-            bail!("the sing-box server exited during start-up");
+            bail!("the server exited during start-up");
         }
         if Instant::now() >= deadline {
-            bail!("the sing-box server does not listen on udp port {port} after {within:?}");
+            bail!("the server does not listen on udp port {port} after {within:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
