@@ -1,5 +1,5 @@
 //! Command line: `hystall watch|top|doctor|lab|pcap` (names are a stable interface,
-//! see docs/EVENTS.md and ../shared/DESIGN.md §7).
+//! see docs/EVENTS.md).
 
 use std::path::PathBuf;
 

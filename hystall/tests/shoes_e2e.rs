@@ -15,20 +15,15 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::shoes::{self, CONN_WINDOW_MIB, STREAM_WINDOW_MIB};
-use common::singbox::{
-    self, Behaviour, Options, SingBox, TcpTarget, probe_new_stream, udp_echo_via, udp_sockets_of, upload_via,
-    wait_starved,
-};
+use common::side_by_side::{self, PROBE_TIMEOUT, named};
+use common::singbox::{self, Options, SingBox, probe_new_stream};
 use common::{Proc, root_or_skip};
 use serde_json::Value;
 
 const TIMEOUT: u64 = 3;
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Uploads into never-reading targets that starve a shoes connection. Eight
 /// streams of 256 KiB pin the whole 2 MiB window, but quinn raises its limits
 /// in steps of an eighth of a window, so eight starve it only sometimes
@@ -36,19 +31,6 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 const STALLED: usize = 9;
 /// Stalled targets it takes to exhaust shoes' window: ceil(2 MiB / 256 KiB).
 const TO_EXHAUST: u64 = 8;
-
-fn named<'a>(events: &'a [Value], name: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["event"] == name).collect()
-}
-
-/// The client-side addresses of client `i`'s QUIC connection to the server.
-fn quic_addrs(lab: &SingBox, i: usize) -> BTreeSet<String> {
-    udp_sockets_of(lab.client_pid_of(i))
-        .into_iter()
-        .filter(|(_, remote)| remote.port() == lab.server_port)
-        .map(|(local, _)| local.to_string())
-        .collect()
-}
 
 fn ts(e: &Value) -> jiff::Timestamp {
     e["ts"].as_str().and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("no ts: {e}"))
@@ -90,65 +72,15 @@ fn starved_beside_healthy(test: &str, extra: &[&str]) -> Option<Run> {
     let started = w.wait_event("watch_started", Duration::from_secs(15));
     assert!(started["quic"].to_string().contains(&port), "{started}");
 
-    let stall = TcpTarget::spawn(Behaviour::Stall).expect("stall target");
-    let fast = TcpTarget::spawn(Behaviour::Fast).expect("fast target");
-    let stop = Arc::new(AtomicBool::new(false));
-    let began = jiff::Timestamp::now();
-    let mut ups: Vec<_> = (0..STALLED).map(|_| upload_via(lab.socks_of(0), stall.addr(), stop.clone())).collect();
-    ups.extend((0..4).map(|_| upload_via(lab.socks_of(1), fast.addr(), stop.clone())));
-
-    // The truth, from each client's own tunnel.
-    let starved_after = wait_starved(
-        lab.socks_of(0),
-        lab.echo.addr(),
-        PROBE_TIMEOUT,
-        Duration::from_millis(500),
-        2,
-        Duration::from_secs(30),
-    );
-    assert!(starved_after.is_some(), "{STALLED} stalled uploads did not starve client 0\n{}", lab.logs());
-    assert!(probe_new_stream(lab.socks_of(1), lab.echo.addr(), PROBE_TIMEOUT), "client 1 must be healthy");
-    let udp = udp_echo_via(lab.socks_of(0), lab.udp_echo.addr(), b"hystall udp probe", Duration::from_secs(3));
-    eprintln!(
-        "{test}: shoes pid {pid} port {port}, clients {} {}, stall {}, fast {}; new requests through client 0 \
-         fail from +{starved_after:?}; UDP through it: {udp}",
-        lab.client_pid_of(0),
-        lab.client_pid_of(1),
-        stall.addr(),
-        fast.addr(),
-    );
-
-    let events = w.collect_until(Instant::now() + Duration::from_secs(TIMEOUT + 6));
-    let starved_client = quic_addrs(&lab, 0);
-    let healthy_client = quic_addrs(&lab, 1);
-    assert!(!starved_client.is_empty() && !healthy_client.is_empty(), "the clients' QUIC sockets");
-    // Still starved at the end (the truth held while we watched), still healthy.
-    assert!(!probe_new_stream(lab.socks_of(0), lab.echo.addr(), PROBE_TIMEOUT), "recovered by itself");
+    let sbs = side_by_side::start(test, "", &lab, &mut w, STALLED, Duration::from_secs(30), TIMEOUT + 6);
     assert!(probe_new_stream(lab.socks_of(1), lab.echo.addr(), PROBE_TIMEOUT), "client 1 must stay healthy");
-    let stall_addr = stall.addr().to_string();
-    stop.store(true, Ordering::SeqCst);
-    drop(stall);
-    for u in ups {
-        let _ = u.join();
-    }
-    assert_eq!(w.stop(), Some(0));
-
-    // No target of the healthy client stalled: every stalled socket goes to
-    // the never-reading target.
-    for e in named(&events, "socket_stalled") {
-        assert_eq!(e["remote"].as_str(), Some(stall_addr.as_str()), "{e}");
-    }
-    let on = |client: &BTreeSet<String>| -> Vec<Value> {
-        named(&events, "quic_starved")
-            .into_iter()
-            .filter(|e| e["client"].as_str().is_some_and(|c| client.contains(c)))
-            .cloned()
-            .collect()
-    };
+    let (on_starved, on_healthy) = (sbs.flags_on(&sbs.starved_client), sbs.flags_on(&sbs.healthy_client));
+    let began = sbs.began;
+    let events = sbs.finish("", &mut w);
     let run = Run {
         started,
-        on_starved: on(&starved_client),
-        on_healthy: on(&healthy_client),
+        on_starved,
+        on_healthy,
         stalled: named(&events, "socket_stalled").iter().filter_map(|e| e["cookie"].as_u64()).collect(),
         events,
     };

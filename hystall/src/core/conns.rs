@@ -1,5 +1,5 @@
 //! QUIC connections, grouped from UDP flows the way a passive observer must
-//! (../shared/DESIGN.md §3):
+//! (docs/DETECTOR.md, "What a starved connection looks like"):
 //! - client → server short headers carry the server-chosen DCID; its length is
 //!   learned from the server's long-header SCIDs (quic-go picks 4 bytes), or,
 //!   when we attached after the handshake, from the prefix that consecutive

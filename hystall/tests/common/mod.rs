@@ -7,6 +7,7 @@ pub mod nft;
 pub mod node;
 pub mod scrape;
 pub mod shoes;
+pub mod side_by_side;
 pub mod singbox;
 pub mod tcpdump;
 

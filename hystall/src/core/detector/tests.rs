@@ -151,8 +151,9 @@ fn starved(events: &[Stamped]) -> Vec<(u64, &'static str, usize)> {
         .collect()
 }
 
-#[test]
-fn three_stalled_streams_starve_the_connection_that_fed_them() {
+/// One client uploads for 5 s into three targets that stop reading at
+/// 3, 4 and 5 s.
+fn fed_then_three_stalled() -> (Node, Vec<Stamped>) {
     let mut n = Node::new();
     n.connect(1000, 0.0);
     let mut events = Vec::new();
@@ -163,6 +164,12 @@ fn three_stalled_streams_starve_the_connection_that_fed_them() {
     for (cookie, fed) in [(1, 3.0), (2, 4.0), (3, 5.0)] {
         n.stall_target(cookie, fed);
     }
+    (n, events)
+}
+
+#[test]
+fn three_stalled_streams_starve_the_connection_that_fed_them() {
+    let (mut n, mut events) = fed_then_three_stalled();
     for t in 6..=16 {
         n.second(1000, t as f64, false);
         events.extend(n.tick(t as f64));
@@ -436,16 +443,7 @@ fn many_slow_targets_are_not_stalled_so_nothing_is_starved() {
 #[test]
 fn frames_of_a_connection_none_of_whose_packets_opened_are_no_evidence() {
     use crate::core::frames::{FrameSample, FrameState};
-    let mut n = Node::new();
-    n.connect(1000, 0.0);
-    let mut events = Vec::new();
-    for t in 1..=5 {
-        n.second(1000, t as f64, true);
-        events.extend(n.tick(t as f64));
-    }
-    for (cookie, fed) in [(1, 3.0), (2, 4.0), (3, 5.0)] {
-        n.stall_target(cookie, fed);
-    }
+    let (mut n, mut events) = fed_then_three_stalled();
     for t in 6..=16 {
         n.second(1000, t as f64, false);
         // --decrypt without secrets (shoes: rustls): packets passed, none opened.
