@@ -1,7 +1,7 @@
 //! The starvation detector (pure; time is an input): flags the QUIC connection
 //! that is alive but starved of stream data, ties it to the stalled target
 //! sockets that starved it, and grades what the evidence allows
-//! (../shared/DESIGN.md §1–§3).
+//! (docs/DETECTOR.md).
 //!
 //! From headers alone a starved connection looks like this: packets still flow
 //! both ways (ACKs, pings, DATAGRAM frames are not flow-controlled), but the
