@@ -25,7 +25,7 @@ use aya_ebpf::{
 use hystall_common::{
     AF_INET, AF_INET6, Budget, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW, MAX_FLOWS,
     MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, MOVED_RING_BYTES, NEAR_FULL, PACKET_MAX, PACKETS_RING_BYTES, REPLY_MIN,
-    REPLY_SLOTS, SAMPLE_BYTES, SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_FIRST, Snips,
+    REPLY_SLOTS, SAMPLE_BYTES, SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_AFTER, SNIPS_FIRST, Snips,
     TAIL_BYTES, TAILS, counter, crossed, size_class,
 };
 
@@ -71,6 +71,12 @@ pub static PACKETS: RingBuf = RingBuf::with_byte_size(PACKETS_RING_BYTES, 0);
 pub static SNIPPED: LruHashMap<FlowKey, Snips> = LruHashMap::with_max_entries(MAX_SNIP_FLOWS, 0);
 #[map]
 static SNIP_SCRATCH: PerCpuArray<Snips> = PerCpuArray::with_max_entries(1, 0);
+
+/// The snip state's count of small packets since the last large one, and of
+/// large runs (`kept` in `classify`).
+const SMALL_MASK: u32 = 0xfff;
+const RUN_SHIFT: u32 = 12;
+const RUN_MASK: u32 = 0xf;
 
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
@@ -219,8 +225,9 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
             // and the small packets after them: see `hystall_common::Snips`.
             // Full-size packets (stream data, retransmissions; a single
             // packet within `NEAR_FULL` of the size counts) are not copied, so this costs a copy where a burst ends, not one per
-            // packet. `snips` holds the count of small packets since (low 16
-            // bits) and the client's full size (high 16 bits).
+            // packet. `snips` holds the client's full size (high 16 bits),
+            // the count of its large runs mod 16 (bits 12..16) and of small
+            // packets since the last large one (low 12 bits).
             let st = unsafe { &mut (*stats).snips };
             // Full size: the segment size of the client's last batch (not the
             // largest packet: quic-go's path-MTU probes are larger), else the
@@ -235,13 +242,26 @@ fn try_flow<const L2: usize>(ctx: &TcContext, ingress: bool) -> Result<(), ()> {
                 if short {
                     snip(ctx, &p.key, last_off, now, u64::from(last));
                 }
-                0
+                // A large packet: the small ones count from 0 again, the
+                // run count stays.
+                kept & !SMALL_MASK
             } else if last > 0 {
-                // The first few after the tail stay; later ones take turns.
-                let k = kept as usize;
-                let slot = if k < SNIPS_FIRST { k } else { SNIPS_FIRST + (k - SNIPS_FIRST) % (SNIPS - SNIPS_FIRST) };
+                // The first after each large run takes its turn among the
+                // firsts (run `g`), the next few stay until the next run,
+                // later ones take turns (`hystall_common::SNIPS`).
+                let k = (kept & SMALL_MASK) as usize;
+                let g = kept >> RUN_SHIFT;
+                let slot = if k == 0 {
+                    g as usize % SNIPS_FIRST
+                } else if k <= SNIPS_AFTER {
+                    SNIPS_FIRST + k - 1
+                } else {
+                    SNIPS_FIRST + SNIPS_AFTER + (k - 1 - SNIPS_AFTER) % (SNIPS - SNIPS_FIRST - SNIPS_AFTER)
+                };
                 snip(ctx, &p.key, last_off, now, ((slot as u64 + 1) << 32) | u64::from(last));
-                if kept < 0xffff { kept + 1 } else { SNIPS_FIRST as u32 }
+                let g = if k == 0 { (g + 1) & RUN_MASK } else { g };
+                let k = if (k as u32) < SMALL_MASK { k as u32 + 1 } else { SNIPS_AFTER as u32 + 1 };
+                (g << RUN_SHIFT) | k
             } else {
                 kept
             };

@@ -491,7 +491,10 @@ fn an_idle_client_beside_a_starved_one_is_never_flagged() {
         &["--keylog-out", keys.to_str().unwrap()],
     );
     dump.stop();
-    eprintln!("capture and key log of this run: {}", dir.display());
+    // The events stay beside the capture when it fails.
+    let lines: Vec<String> = events.iter().map(|e| e.to_string()).collect();
+    std::fs::write(dir.join("events.jsonl"), lines.join("\n")).ok();
+    eprintln!("capture, key log and events of this run: {}", dir.display());
     assert_eq!(truth, vec![false, true]);
     let idle = client_addrs(sb.client_pid_of(1));
     let starved = client_addrs(sb.client_pid_of(0));

@@ -560,3 +560,6 @@ fn page_size() -> u32 {
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     u32::try_from(n).ok().filter(|n| n.is_power_of_two()).unwrap_or(4096)
 }
+
+#[cfg(test)]
+mod snips_tests;

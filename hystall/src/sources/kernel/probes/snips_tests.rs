@@ -1,0 +1,81 @@
+//! The classifier's snips (`--decrypt`), with the real program on `lo`: the
+//! first small packet after a run of large ones — where quic-go's
+//! DATA_BLOCKED is when the last bytes of credit fit in it — outlasts the
+//! runs of retransmissions that may follow it.
+
+use std::collections::HashSet;
+use std::net::UdpSocket;
+
+use hystall_common::{SNIP_BYTES, SNIPS, SNIPS_FIRST};
+
+use super::{ProbeConfig, Probes, tc::Iface};
+
+/// A packet of `len` bytes that looks like a QUIC short header, tagged.
+fn packet(len: usize, tag: u8) -> Vec<u8> {
+    let mut p = vec![tag; len];
+    p[0] = 0x40;
+    p
+}
+
+#[test]
+fn the_first_small_packet_after_the_last_stream_run_outlasts_later_runs() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: needs root");
+        return;
+    }
+    let server = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let port = server.local_addr().expect("addr").port();
+    let mut probes = Probes::load(&ProbeConfig { decrypt: true, ..Default::default() }).expect("probes load");
+    let lo = Iface::by_name("lo").expect("lo");
+    probes.attach_quic(&[lo], &HashSet::from([port])).expect("attach on lo");
+    let client = UdpSocket::bind("127.0.0.1:0").expect("client");
+    let send = |len: usize, tag: u8| {
+        client.send_to(&packet(len, tag), ("127.0.0.1", port)).expect("send");
+    };
+    let kept = |probes: &Probes| -> Vec<u8> {
+        let mut key = None;
+        probes.each_flow(|k, _| {
+            if k.server_port == port {
+                key = Some(k);
+            }
+        });
+        let snips = probes.snips(&key.expect("the client's flow")).expect("its snips");
+        (0..SNIPS).filter(|&i| snips.len[i] > 0).map(|i| snips.bytes[i][1]).collect()
+    };
+    // Stream data, then the packet with the last credit and a DATA_BLOCKED
+    // (tag 0xdb), then ACKs.
+    for _ in 0..5 {
+        send(1200, 1);
+    }
+    send(60, 0xdb);
+    send(40, 2);
+    send(40, 3);
+    // Runs of retransmissions, each followed by ACKs: the DATA_BLOCKED stays
+    // through SNIPS_FIRST - 1 of them.
+    for run in 0..SNIPS_FIRST - 1 {
+        for _ in 0..3 {
+            send(1200, 1);
+        }
+        for _ in 0..3 {
+            send(33, 0x10 + run as u8);
+        }
+        assert!(kept(&probes).contains(&0xdb), "after {} runs: {:x?}", run + 1, kept(&probes));
+    }
+    // The ACKs after the last run are there too (the client is alive).
+    let last = 0x10 + (SNIPS_FIRST - 2) as u8;
+    assert_eq!(kept(&probes).iter().filter(|&&t| t == last).count(), 3);
+    // One run more and its turn is over.
+    for _ in 0..3 {
+        send(1200, 1);
+    }
+    send(33, 0x20);
+    assert!(!kept(&probes).contains(&0xdb), "{:x?}", kept(&probes));
+    // Many small packets after a run: the first ones stay, the latest are kept.
+    for i in 0..40u8 {
+        send(33, 0x40 + i);
+    }
+    let now = kept(&probes);
+    assert!(now.contains(&0x20) && now.contains(&(0x40 + 39)), "{now:x?}");
+    assert!(SNIP_BYTES >= 60);
+}
