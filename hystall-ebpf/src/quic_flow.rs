@@ -25,8 +25,8 @@ use aya_ebpf::{
 use hystall_common::{
     AF_INET, AF_INET6, Budget, DIR_C2S, DIR_S2C, FlowKey, FlowPacket, FlowSample, FlowStats, MARK_FLOW, MAX_FLOWS,
     MAX_PORTS, MAX_SELECTED, MAX_SNIP_FLOWS, MOVED_RING_BYTES, NEAR_FULL, PACKET_MAX, PACKETS_RING_BYTES, REPLY_MIN,
-    REPLY_SLOTS, SAMPLE_BYTES, SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_AFTER, SNIPS_FIRST, Snips,
-    TAIL_BYTES, TAILS, counter, crossed, size_class,
+    REPLY_SLOTS, SAMPLE_BYTES, SAMPLES_RING_BYTES, SELECTED_BYTES_PER_SEC, SNIP_BYTES, SNIPS, SNIPS_AFTER, SNIPS_FIRST,
+    Snips, TAIL_BYTES, TAILS, counter, crossed, size_class,
 };
 
 use crate::maps::{bump, mark, now_ns, wakeup};

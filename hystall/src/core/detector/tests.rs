@@ -458,4 +458,3 @@ fn frames_of_a_connection_none_of_whose_packets_opened_are_no_evidence() {
     };
     assert!(info.evidence.frames.is_none(), "{:?}", info.evidence.frames);
 }
-
