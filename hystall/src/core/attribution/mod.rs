@@ -43,7 +43,7 @@ use serde::Serialize;
 
 use super::activity::Digest;
 use super::conns::{Conn, ConnTable};
-use super::flows::{FlowId, Reply};
+use super::flows::{Dir, FlowId, Reply};
 use super::observation::ByteMark;
 use super::sockets::SocketTable;
 use super::time::Mono;
@@ -553,6 +553,36 @@ impl Attribution {
         }
     }
 
+    /// Connections a request of which reached the server after their
+    /// client stream data stopped: a target dialled for them (tied by its
+    /// connect, the server's answer or its table) after their last bulk.
+    /// Such a connection had credit then, and the stalled targets it holds
+    /// now held it then too (their unread bytes only shrink once its bulk
+    /// stopped): they cannot be enough to exhaust its window. So it holds
+    /// fewer stalled targets than that, whatever the split — which says
+    /// how many the others hold. (Clients keep trying new requests: that is
+    /// how their users notice; a starved one's never reach the server.)
+    /// Not set where its own links already reach that many.
+    fn caps(&self, conns: &ConnTable) -> Map<u64, usize> {
+        let need = self.cfg.conn_window.div_ceil(self.cfg.stream_window.max(1)).max(1) as usize;
+        let mut caps = Map::default();
+        for t in self.targets.values() {
+            let (Some(at), Some(l)) = (t.connect, t.link) else { continue };
+            if !(l.evidence.connect || l.evidence.reply || l.evidence.api) || caps.contains_key(&l.conn) {
+                continue;
+            }
+            let Some(bulk) = conns.get(l.conn).and_then(|c| c.last_bulk(Dir::C2s)) else { continue };
+            if at <= bulk {
+                continue;
+            }
+            let held = self.by_conn.get(&l.conn).map_or(0, |s| s.iter().filter(|c| self.stalled.contains(c)).count());
+            if held < need {
+                caps.insert(l.conn, need - 1);
+            }
+        }
+        caps
+    }
+
     /// Runs the deduction over every target not tied for good.
     fn solve(&mut self, now: Mono, conns: &ConnTable, owner_of: &dyn Fn(&Conn) -> Option<u32>) {
         let mut open = std::collections::BTreeMap::new();
@@ -621,6 +651,7 @@ impl Attribution {
             budget: self.cfg.search_nodes,
             counted: &self.stalled,
             floored: &self.floored,
+            caps: &self.caps(conns),
         };
         let solved = problem.solve();
         self.searches += solved.searched;

@@ -40,6 +40,10 @@ pub struct Problem<'a> {
     /// Groups whose floors were found lately (the counted targets the
     /// same): not searched for them again yet (`floors.rs` keeps them).
     pub floored: &'a Map<Vec<u64>, Mono>,
+    /// Connections that cannot hold more than so many counted targets:
+    /// a request of theirs reached the server after their stream data
+    /// stopped, so they were not starved (`caps` in `mod.rs`).
+    pub caps: &'a Map<u64, usize>,
 }
 
 /// What every assignment obeying the rules gives one connection, when which
@@ -74,8 +78,15 @@ impl<'a> Problem<'a> {
         self.linked.get(&conn).into_iter().flatten().chain(extra).filter_map(|c| self.targets.get(c)).collect()
     }
 
-    /// Whether `conn` can carry its linked targets plus `extra`.
+    /// Whether `conn` can carry its linked targets plus `extra`, and hold
+    /// the counted ones among them (its cap).
     fn carries(&self, conn: u64, extra: &[u64]) -> bool {
+        if let Some(&cap) = self.caps.get(&conn) {
+            let held = self.linked.get(&conn).into_iter().flatten().chain(extra).filter(|t| self.counted.contains(t));
+            if held.count() > cap {
+                return false;
+            }
+        }
         let set = self.set_of(conn, extra);
         match self.conns.get(&conn) {
             Some(c) => carried(c, &set),
@@ -689,12 +700,22 @@ mod tests {
         let mut forced = 0;
         let mut floored = 0;
         let mut loose = 0;
+        let mut capped = 0;
         for seed in 1..=3000u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let (conns, targets, open, linked) = problem_parts(&mut rng);
             let group: Vec<u64> = open.keys().copied().collect();
             // About two targets in three count (stalled).
             let counted: std::collections::HashSet<u64> = group.iter().copied().filter(|_| rng.below(3) > 0).collect();
+            // One seed in three: a connection that cannot hold more than
+            // 0 or 1 counted targets (a request of its after its stop).
+            let mut caps = Map::default();
+            if rng.below(3) == 0
+                && let Some(&c) = conns.keys().nth(rng.below(conns.len().max(1) as u64) as usize)
+            {
+                caps.insert(c, rng.below(2) as usize);
+                capped += 1;
+            }
             let p = Problem {
                 conns: &conns,
                 targets: &targets,
@@ -706,6 +727,7 @@ mod tests {
                 budget: usize::MAX,
                 counted: &counted,
                 floored: &skip,
+                caps: &caps,
             };
             let want = by_enumeration(&p, &group);
             forced += want.len();
@@ -729,5 +751,6 @@ mod tests {
         assert!(forced > 100, "the cases force something often enough to test ({forced})");
         assert!(floored > 0, "the cases give floors ({floored})");
         assert!(loose > 0, "the cases give loose floors ({loose})");
+        assert!(capped > 500, "the cases cap connections ({capped})");
     }
 }

@@ -98,3 +98,60 @@ fn of_a_four_and_a_two_stalled_client_starting_together_only_the_four_is_flagged
     assert_eq!(flagged.first().map(|f| (f.0, f.1)), Some((1, "likely")), "{flagged:?}");
     assert!(n.det.get(2).is_none());
 }
+
+/// The same bytes from both (2 s of upload, 18.3 MiB), 4 and 2 stalled
+/// targets that took 3.75 MiB each: the byte rules let either hold two to
+/// four. Then, at `request` s, the 2-stalled client's user tries
+/// a new request, which reaches the server (a target dialled, tied by its
+/// connect): it had credit after its stream data stopped.
+fn four_and_two_alike(request: Option<f64>) -> (Node, Vec<Stamped>) {
+    let mut n = Node::new();
+    n.tick(0.0);
+    n.connect(1000, 1.5);
+    n.connect(1001, 1.5);
+    n.second(1000, 2.0, false);
+    n.second(1001, 2.0, false);
+    n.tick(2.0);
+    for c in 1..=6 {
+        n.links.connect(c, PID, s(2.05));
+    }
+    let mut events = Vec::new();
+    for t in 3..=26u64 {
+        let at = t as f64;
+        if let Some(r) = request.filter(|r| *r > at - 1.0 && *r < at) {
+            // Only the 2-stalled client sent anything just before the dial
+            // (the other's last packet was at the second before).
+            n.second(1001, r - 0.05, false);
+            n.links.connect(9, PID, s(r));
+            n.links.polled(s(r + 0.01));
+            events.extend(n.tick(r + 0.01));
+        }
+        n.second(1000, at, t <= 4);
+        n.second(1001, at, t <= 4);
+        if t == 6 {
+            for c in 1..=6 {
+                filled_target(&mut n, c, 2.05, 6.0, 3.75);
+            }
+        }
+        events.extend(n.tick(at));
+    }
+    (n, events)
+}
+
+#[test]
+fn a_request_that_reaches_the_server_after_the_stop_caps_what_its_connection_holds() {
+    // Without the request nothing tells the two apart: neither is flagged
+    // (each may hold four of the six).
+    let (_, events) = four_and_two_alike(None);
+    assert_eq!(starved(&events), vec![], "no evidence, no flag");
+    // The 2-stalled client's request reached the server at 10 s, after its
+    // last bulk (6 s): it cannot hold three of the stalled targets (it
+    // would have had no credit), so the other holds at least four.
+    let (n, events) = four_and_two_alike(Some(9.5));
+    assert_eq!(n.links.link(9).map(|l| l.conn), Some(2), "the request's target is tied to it");
+    let flagged = starved(&events);
+    assert_eq!(flagged.first().map(|f| (f.0, f.1)), Some((1, "likely")), "{flagged:?}");
+    assert!(flagged.iter().all(|(c, _, _)| *c == 1), "the client whose request worked is flagged: {flagged:?}");
+    let sh = n.det.get(1).unwrap().shared.as_ref().expect("shared").clone();
+    assert!(sh.at_least >= 4 && sh.with == vec![2], "{sh:?}");
+}
