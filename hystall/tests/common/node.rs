@@ -82,6 +82,11 @@ pub struct Setup {
     /// `hystall record` into this file instead of `watch` (for replays of the
     /// run while working on the attribution): set by `HYSTALL_NODE_RECORD=DIR`.
     pub record: Option<std::path::PathBuf>,
+    /// Every client's user tries a new request this often once its work has
+    /// begun (a short echo through its tunnel): users whose pages stop
+    /// loading retry, and a request that reaches the server tells hystall
+    /// that connection still had credit.
+    pub retry_every: Option<Duration>,
 }
 
 impl Setup {
@@ -89,7 +94,14 @@ impl Setup {
     pub fn named(name: &str) -> Setup {
         let record =
             std::env::var_os("HYSTALL_NODE_RECORD").map(|d| std::path::Path::new(&d).join(format!("{name}.rec")));
-        Setup { opts: Options::default(), work_secs: 12.0, watch_args: Vec::new(), stall_timeout: 3, record }
+        Setup {
+            opts: Options::default(),
+            work_secs: 12.0,
+            watch_args: Vec::new(),
+            stall_timeout: 3,
+            record,
+            retry_every: None,
+        }
     }
 }
 
@@ -191,6 +203,7 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
         let addrs: Vec<SocketAddr> = mine.iter().map(TcpTarget::addr).collect();
         targets.push(mine);
         let (socks, stop, plan) = (sb.socks_of(i), stop.clone(), *plan);
+        let (echo, retry_every) = (sb.echo.addr(), setup.retry_every);
         work.push(std::thread::spawn(move || {
             let at = start + plan.start_after;
             while Instant::now() < at && !stop.load(Ordering::Relaxed) {
@@ -208,6 +221,17 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
                     _ => singbox::upload_via_rate(socks, addrs[0], stop.clone(), progress.clone(), plan.rate),
                 })
                 .collect();
+            if let Some(every) = retry_every {
+                while !stop.load(Ordering::Relaxed) {
+                    let next = Instant::now() + every;
+                    while Instant::now() < next && !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    if !stop.load(Ordering::Relaxed) {
+                        singbox::probe_new_stream(socks, echo, Duration::from_secs(2));
+                    }
+                }
+            }
             for t in threads {
                 let _ = t.join();
             }
