@@ -203,7 +203,11 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
         let addrs: Vec<SocketAddr> = mine.iter().map(TcpTarget::addr).collect();
         targets.push(mine);
         let (socks, stop, plan) = (sb.socks_of(i), stop.clone(), *plan);
+        // Users retry each at their own moments: client i's first try is
+        // i/n of a period later than client 0's (in step, every try would
+        // come with another client's, and nothing would say whose it was).
         let (echo, retry_every) = (sb.echo.addr(), setup.retry_every);
+        let phase = retry_every.map(|e| e.mul_f64(i as f64 / plans.len() as f64)).unwrap_or_default();
         work.push(std::thread::spawn(move || {
             let at = start + plan.start_after;
             while Instant::now() < at && !stop.load(Ordering::Relaxed) {
@@ -222,8 +226,9 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
                 })
                 .collect();
             if let Some(every) = retry_every {
+                let mut next = Instant::now() + phase;
                 while !stop.load(Ordering::Relaxed) {
-                    let next = Instant::now() + every;
+                    next += every;
                     while Instant::now() < next && !stop.load(Ordering::Relaxed) {
                         std::thread::sleep(Duration::from_millis(20));
                     }
