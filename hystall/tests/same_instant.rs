@@ -85,3 +85,31 @@ fn two_starved_clients_starting_together_over_ipv6() {
     let opts = Options { ipv6: true, ..Default::default() };
     node::run(&Setup { opts, ..retrying(name) }, &plans).judge(name, NEED);
 }
+
+/// 40 ms each way and 2 % loss both ways, the clients uploading at
+/// 40 Mbit/s with Brutal (sing-box's `up_mbps`), through a user-space relay
+/// (`common/relay.rs`: this kernel has no netem) that keeps one source port
+/// per client: the windows fill in seconds, not milliseconds, and the
+/// clients retransmit all along.
+fn lossy(name: &str) -> Setup {
+    use common::relay::PathShape;
+    let path = PathShape { delay: std::time::Duration::from_millis(40), loss: 0.02 };
+    let opts = Options { path: Some(path), up_mbps: Some(40), ..Default::default() };
+    Setup { opts, work_secs: 20.0, ..retrying(name) }
+}
+
+#[test]
+fn two_starved_clients_starting_together_behind_a_lossy_path() {
+    let name = "two_starved_clients_starting_together_behind_a_lossy_path";
+    let Some(_g) = ready(name) else { return };
+    let plans = [Plan::new(Work::Stall(4)), Plan::new(Work::Stall(4)), Plan::new(Work::Idle)];
+    node::run(&lossy(name), &plans).judge(name, NEED);
+}
+
+#[test]
+fn four_and_two_stalled_starting_together_behind_a_lossy_path() {
+    let name = "four_and_two_stalled_starting_together_behind_a_lossy_path";
+    let Some(_g) = ready(name) else { return };
+    let plans = [Plan::new(Work::Stall(4)), Plan::new(Work::Stall(2))];
+    node::run(&lossy(name), &plans).judge(name, NEED);
+}

@@ -5,6 +5,7 @@
 pub mod cgroups;
 pub mod nft;
 pub mod node;
+pub mod relay;
 pub mod scrape;
 pub mod shoes;
 pub mod side_by_side;

@@ -169,7 +169,8 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
     let pids: Vec<u32> = (0..plans.len()).map(|i| sb.client_pid_of(i)).collect();
     let sampler = {
         let (ports, done) = (ports.clone(), done.clone());
-        let server = sb.server_port;
+        // Behind a relay, the clients' sockets are connected to it.
+        let server = sb.relay.as_ref().map_or(sb.server_port, |r| r.addr.port());
         let hopping = setup.opts.server_ports.is_some();
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
@@ -288,7 +289,14 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
     assert!(sb.alive(), "a sing-box process died during the run\n{}", sb.logs());
     watch.stop();
 
-    let ports = ports.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut ports = ports.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // Behind a relay, the server (and hystall) see its upstream port per client.
+    if let Some(relay) = &sb.relay {
+        eprintln!("{}", relay.summary());
+        for p in ports.iter_mut() {
+            *p = p.iter().filter_map(|&c| relay.upstream_port(c)).collect();
+        }
+    }
     let mut clients: Vec<Client> = plans
         .iter()
         .zip(ports)

@@ -136,6 +136,12 @@ pub struct Options {
     /// server instead of sing-box, with its default windows; the clients stay
     /// sing-box. Hysteria2 only, without obfs, windows or Clash API.
     pub shoes: Option<PathBuf>,
+    /// The clients reach the server through a slow, lossy path (a user-space
+    /// relay, common/relay.rs; one upstream port per client).
+    pub path: Option<super::relay::PathShape>,
+    /// The Hysteria2 clients' upload bandwidth (Brutal congestion control at
+    /// this rate, whatever the losses), Mbit/s.
+    pub up_mbps: Option<u32>,
 }
 
 /// sing-box's QUIC proxy inbounds and outbounds, each with its own defaults
@@ -186,6 +192,8 @@ pub struct SingBox {
     /// The first client's config (what a restarted or added client uses).
     cert: PathBuf,
     opts: Options,
+    /// The path between clients and server, with `Options::path`.
+    pub relay: Option<super::relay::Relay>,
 }
 
 impl SingBox {
@@ -216,12 +224,17 @@ impl SingBox {
             clients: Vec::new(),
             cert: cert.clone(),
             opts: opts.clone(),
+            relay: None,
         };
         write_keypair(&bin, &key, &cert)?;
         lab.server_port = match opts.server_port {
             Some(p) => p,
             None => free_udp_port(opts.ipv6)?,
         };
+        if let Some(shape) = opts.path {
+            let ip: std::net::IpAddr = loopback(opts.ipv6).parse()?;
+            lab.relay = Some(super::relay::Relay::start(SocketAddr::new(ip, lab.server_port), shape)?);
+        }
         if opts.clash_api {
             lab.clash = Some(ClashApi {
                 addr: SocketAddr::from((Ipv4Addr::LOCALHOST, free_tcp_port()?)),
@@ -262,7 +275,9 @@ impl SingBox {
     fn spawn_client(&mut self) -> anyhow::Result<usize> {
         let i = self.clients.len();
         let socks = SocketAddr::from((Ipv4Addr::LOCALHOST, free_tcp_port()?));
-        let config = client_config(&self.opts, self.server_port, socks.port(), &self.cert);
+        // Through the relay when there is one.
+        let port = self.relay.as_ref().map_or(self.server_port, |r| r.addr.port());
+        let config = client_config(&self.opts, port, socks.port(), &self.cert);
         let name = if i == 0 { "client".to_string() } else { format!("client{i}") };
         self.clients.push(run(&self.dir.join("sing-box"), &self.dir, &name, &config)?);
         self.all_socks.push(socks);
@@ -488,6 +503,10 @@ pub fn client_config(opts: &Options, server_port: u16, socks_port: u16, cert: &P
     }
     if let Some(pw) = &opts.obfs {
         outbound["obfs"] = json!({ "type": "salamander", "password": pw });
+    }
+    if let Some(up) = opts.up_mbps {
+        outbound["up_mbps"] = json!(up);
+        outbound["down_mbps"] = json!(up.max(100));
     }
     json!({
         "log": log_section(opts),
