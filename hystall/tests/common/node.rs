@@ -348,6 +348,10 @@ impl Run {
     /// Every `quic_starved` of client `i`'s connections.
     pub fn flags_of(&self, i: usize) -> Vec<Flag> {
         let ports = self.remote_ports();
+        // The target port of each socket cookie in a list (None: not described).
+        let target_ports = |list: &Value| -> Vec<Option<u16>> {
+            list.as_array().into_iter().flatten().filter_map(Value::as_u64).map(|c| ports.get(&c).copied()).collect()
+        };
         let conns = &self.clients[i].conns;
         self.events
             .iter()
@@ -356,20 +360,8 @@ impl Run {
             .map(|e| Flag {
                 conn: e["conn"].as_u64().unwrap_or(0),
                 confidence: e["confidence"].as_str().unwrap_or_default().to_owned(),
-                blamed: e["stalled"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_u64)
-                    .map(|c| ports.get(&c).copied())
-                    .collect(),
-                shared: e["evidence"]["shared_targets"]["targets"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_u64)
-                    .map(|c| ports.get(&c).copied())
-                    .collect(),
+                blamed: target_ports(&e["stalled"]),
+                shared: target_ports(&e["evidence"]["shared_targets"]["targets"]),
                 shared_at_least: e["evidence"]["shared_targets"]["at_least"].as_u64().unwrap_or(0) as usize,
             })
             .collect()

@@ -35,11 +35,9 @@ fn filled_target(n: &mut Node, cookie: u64, at: f64, until: f64, mib: f64) {
     n.socks.apply(Observation::Sock { at: s(until), change: SockChange::Blocked, sample: k });
 }
 
-/// Two clients connect at 1.5 s and upload from 2 s for `secs[i]` seconds
-/// (9.6 MB/s); every target is dialled at 2.05 s, while both were active,
-/// and takes 3.75 MiB (a socket buffer's worth) until 6 s; `targets[i]` are
-/// client i's in truth. Returns every starvation event until 26 s.
-fn together(secs: [u64; 2], targets: [&[u64]; 2]) -> (Node, Vec<Stamped>) {
+/// Two clients connected at 1.5 s, active at 2 s, and the server dialling
+/// `targets` at 2.05 s, while both were.
+fn two_clients_dialling(targets: &[u64]) -> Node {
     let mut n = Node::new();
     n.tick(0.0);
     n.connect(1000, 1.5);
@@ -47,10 +45,19 @@ fn together(secs: [u64; 2], targets: [&[u64]; 2]) -> (Node, Vec<Stamped>) {
     n.second(1000, 2.0, false);
     n.second(1001, 2.0, false);
     n.tick(2.0);
-    let all: Vec<u64> = targets.iter().flat_map(|t| t.iter().copied()).collect();
-    for &c in &all {
+    for &c in targets {
         n.links.connect(c, PID, s(2.05));
     }
+    n
+}
+
+/// Two clients connect at 1.5 s and upload from 2 s for `secs[i]` seconds
+/// (9.6 MB/s); every target is dialled at 2.05 s, while both were active,
+/// and takes 3.75 MiB (a socket buffer's worth) until 6 s; `targets[i]` are
+/// client i's in truth. Returns every starvation event until 26 s.
+fn together(secs: [u64; 2], targets: [&[u64]; 2]) -> (Node, Vec<Stamped>) {
+    let all: Vec<u64> = targets.iter().flat_map(|t| t.iter().copied()).collect();
+    let mut n = two_clients_dialling(&all);
     let mut events = Vec::new();
     for t in 3..=26u64 {
         n.second(1000, t as f64, t <= 2 + secs[0]);
@@ -105,16 +112,7 @@ fn of_a_four_and_a_two_stalled_client_starting_together_only_the_four_is_flagged
 /// a new request, which reaches the server (a target dialled, tied by its
 /// connect): it had credit after its stream data stopped.
 fn four_and_two_alike(request: Option<f64>) -> (Node, Vec<Stamped>) {
-    let mut n = Node::new();
-    n.tick(0.0);
-    n.connect(1000, 1.5);
-    n.connect(1001, 1.5);
-    n.second(1000, 2.0, false);
-    n.second(1001, 2.0, false);
-    n.tick(2.0);
-    for c in 1..=6 {
-        n.links.connect(c, PID, s(2.05));
-    }
+    let mut n = two_clients_dialling(&[1, 2, 3, 4, 5, 6]);
     let mut events = Vec::new();
     for t in 3..=26u64 {
         let at = t as f64;
