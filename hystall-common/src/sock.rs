@@ -102,6 +102,11 @@ pub enum SockEventKind {
     /// once per socket, so user space knows which processes can park a
     /// writer inside a send without dumping every TCP socket to find out.
     Blocking = 6,
+    /// A process exec'd (`sched_process_exec`, attached only when processes
+    /// are selected): `stats.tgid` and `stats.comm` say which, nothing else
+    /// is filled in. User space checks it against the selection at once, so
+    /// a proxy that starts (or restarts) is watched before it serves.
+    Exec = 7,
 }
 
 /// Emitted to the ring buffer on state changes only. `stats` is a copy of the
@@ -126,6 +131,7 @@ impl SockEvent {
             4 => SockEventKind::Destroyed,
             5 => SockEventKind::Window,
             6 => SockEventKind::Blocking,
+            7 => SockEventKind::Exec,
             _ => return None,
         })
     }

@@ -12,6 +12,7 @@
 mod flow_copy;
 mod go_tls;
 mod maps;
+mod proc_exec;
 mod quic_flow;
 mod sock_send;
 mod sock_state;

@@ -112,6 +112,7 @@ pub fn checks() -> Vec<Check> {
             ("sock", "inet_sock_set_state", "connect and close of target sockets"),
             ("tcp", "tcp_probe", "ACK progress and peer window"),
             ("tcp", "tcp_destroy_sock", "socket close"),
+            ("sched", "sched_process_exec", "a selected proxy that starts is watched within milliseconds"),
             ("raw_syscalls", "sys_enter", "blocking writers"),
         ] {
             let ok = tracefs::exists(root, cat, name);

@@ -31,8 +31,15 @@ use crate::core::time::Mono;
 
 /// A send syscall in flight this long is worth resolving to its socket.
 const INFLIGHT_AFTER: Duration = Duration::from_millis(300);
-/// How often the process selection is re-read (new processes of a --comm).
+/// How often the process selection is re-read (new processes of a --comm;
+/// those the kernel reports starting are taken at once: `follow_execs`).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
+/// How long after a selected process started its UDP sockets are dumped at
+/// every tick (`UdpRescan::hurry`): the ports its config does not name.
+const STARTED_HURRY: Duration = Duration::from_secs(3);
+/// Execs looked at per drain of the events ring (a build farm's burst is
+/// cut; the next second's rescan finds what it hid).
+const MAX_EXECS: usize = 256;
 /// How often the flow map is read (it can hold tens of thousands of flows):
 /// the flows named as moved since the last read (`probes::moved`), and the
 /// whole map every `WHOLE_FLOWS_EVERY` (the LRU map drops quiet flows
@@ -132,6 +139,8 @@ pub struct Live {
     decrypt: Option<super::decrypt::LiveDecrypt>,
     /// Set when what `--decrypt` probes changed (for `decrypt_changed`).
     decrypt_changed: bool,
+    /// Processes the kernel saw exec since the last look: (pid, new name).
+    execs: Vec<(u32, String)>,
 }
 
 impl Live {
@@ -206,6 +215,7 @@ impl Live {
             sends: HashMap::new(),
             decrypt,
             decrypt_changed: false,
+            execs: Vec::new(),
         };
         live.refresh_ports()?;
         // What is found at the start goes in `watch_started`, not in a change.
@@ -466,7 +476,7 @@ impl Live {
         tokio::select! {
             r = events.readable_mut() => {
                 let mut g = r?;
-                drain_events(g.get_inner_mut(), &mut self.blocking, out);
+                drain_events(g.get_inner_mut(), &mut self.blocking, &mut self.execs, out);
                 g.clear_ready();
             }
             r = marks.readable_mut() => {
@@ -485,6 +495,8 @@ impl Live {
                 self.describe(*at, sample);
             }
         }
+        self.follow_execs();
+        out.append(&mut self.pending);
         Ok(())
     }
 
@@ -496,7 +508,7 @@ impl Live {
             d.drain(crate::core::time::mono_now(), out);
         }
         let first = out.len();
-        drain_events(self.events.get_mut(), &mut self.blocking, out);
+        drain_events(self.events.get_mut(), &mut self.blocking, &mut self.execs, out);
         drain_marks(self.marks.get_mut(), &self.servers, out);
         if let Some(s) = self.samples.as_mut() {
             drain_samples(s.get_mut(), &mut self.servers, out);
@@ -506,6 +518,7 @@ impl Live {
                 self.describe(*at, sample);
             }
         }
+        self.follow_execs();
     }
 
     /// Fills in what the kernel sample lacks: the process name and, for a
@@ -544,17 +557,12 @@ impl Live {
         if now.since(self.last_scan) >= RESCAN_EVERY && self.mode.filters() {
             self.last_scan = now;
             let pids = self.mode.resolve();
-            if pids != self.pids {
-                let _ = self.probes.set_pids(&pids);
-                let added = pids.difference(&self.pids).count() > 0;
-                if let Some(d) = self.decrypt.as_mut() {
-                    self.decrypt_changed |= d.sync(&mut self.probes, &pids);
-                }
-                self.pids = pids;
-                if added {
-                    self.seed(now, out);
-                }
+            self.select(now, pids, out);
+            if let Err(e) = self.refresh_ports() {
+                tracing::warn!("QUIC probe: {e}");
             }
+        } else if self.udp_rescan.hurrying() {
+            // A selected process started: its sockets are looked for at every tick.
             if let Err(e) = self.refresh_ports() {
                 tracing::warn!("QUIC probe: {e}");
             }
@@ -598,6 +606,63 @@ impl Live {
         }
         let sends = self.inflight(now);
         out.push(Observation::Inflight { at: now, sends });
+    }
+
+    /// Watches `pids` from now on (the kernel's filter, `--decrypt`'s
+    /// probes); the sockets of processes new to it that were stuck before
+    /// are reported.
+    fn select(&mut self, now: Mono, pids: HashSet<u32>, out: &mut Vec<Observation>) {
+        if pids == self.pids {
+            return;
+        }
+        let _ = self.probes.set_pids(&pids);
+        let added = pids.difference(&self.pids).count() > 0;
+        if let Some(d) = self.decrypt.as_mut() {
+            self.decrypt_changed |= d.sync(&mut self.probes, &pids);
+        }
+        self.pids = pids;
+        if added {
+            self.seed(now, out);
+        }
+    }
+
+    /// The processes the kernel saw exec (`proc_exec.rs`): one the selection
+    /// takes is watched now, not at the next rescan — its sockets tracked
+    /// from their connect, the QUIC ports its config names counted from its
+    /// first client's first packet (a proxy restarted under load has clients
+    /// back within milliseconds), and its UDP sockets looked for at every
+    /// tick for a while (a port its config does not name).
+    fn follow_execs(&mut self) {
+        if self.execs.is_empty() {
+            return;
+        }
+        let execs = std::mem::take(&mut self.execs);
+        if !self.mode.filters() {
+            return;
+        }
+        let started: Vec<u32> =
+            execs.into_iter().filter(|(pid, comm)| self.mode.selects(*pid, comm)).map(|(pid, _)| pid).collect();
+        if started.is_empty() {
+            return;
+        }
+        let now = crate::core::time::mono_now();
+        let mut pids = self.mode.resolve();
+        // Selected by its pid (an explicit one that exec'd) or its name.
+        pids.extend(started.iter().filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()));
+        for &pid in &started {
+            // Its config now (a pid that exec'd runs another program).
+            let ports = super::discovery::proxy_config::ports_of(pid);
+            self.servers.started(pid, &ports);
+            self.configs.insert(pid, ports);
+        }
+        let mut out = Vec::new();
+        self.select(now, pids, &mut out);
+        self.pending.extend(out);
+        self.udp_rescan.hurry(STARTED_HURRY);
+        if let Err(e) = self.refresh_ports() {
+            tracing::warn!("QUIC probe: {e}");
+        }
+        tracing::debug!(?started, ports = ?self.ports, "selected processes started");
     }
 
     /// The send counts of the target sockets that moved since the last read,
@@ -684,7 +749,12 @@ impl Live {
     }
 }
 
-fn drain_events(ring: &mut RingBuf<MapData>, blocking: &mut BlockingWriters, out: &mut Vec<Observation>) {
+fn drain_events(
+    ring: &mut RingBuf<MapData>,
+    blocking: &mut BlockingWriters,
+    execs: &mut Vec<(u32, String)>,
+    out: &mut Vec<Observation>,
+) {
     while let Some(item) = ring.next() {
         if item.len() >= std::mem::size_of::<SockEvent>() {
             // SAFETY: the kernel wrote a SockEvent (repr(C), Pod) of this size.
@@ -692,6 +762,13 @@ fn drain_events(ring: &mut RingBuf<MapData>, blocking: &mut BlockingWriters, out
             match ev.kind() {
                 Some(SockEventKind::Blocking) => blocking.tracked(ev.cookie, ev.stats.tgid),
                 Some(SockEventKind::Destroyed) => blocking.destroyed(ev.cookie),
+                Some(SockEventKind::Exec) => {
+                    // Bounded: a burst of execs is looked at once per drain.
+                    if execs.len() < MAX_EXECS {
+                        execs.push((ev.stats.tgid, procs::comm_str(&ev.stats.comm)));
+                    }
+                    continue;
+                }
                 _ => {}
             }
             out.extend(event_to_obs(&ev));
@@ -745,8 +822,8 @@ fn event_to_obs(ev: &SockEvent) -> Option<Observation> {
         SockEventKind::State => SockChange::State { old: (ev.arg >> 8) as u8, new: ev.arg as u8 },
         SockEventKind::Destroyed => SockChange::Destroyed,
         SockEventKind::Window => SockChange::Window,
-        // Only the source's business (`BlockingWriters`).
-        SockEventKind::Blocking => return None,
+        // Only the source's business (`BlockingWriters`, `follow_execs`).
+        SockEventKind::Blocking | SockEventKind::Exec => return None,
     };
     Some(Observation::Sock { at: Mono(ev.ts_ns), change, sample: to_sample(ev.cookie, &ev.stats) })
 }

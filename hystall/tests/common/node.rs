@@ -87,6 +87,23 @@ pub struct Setup {
     /// loading retry, and a request that reaches the server tells hystall
     /// that connection still had credit.
     pub retry_every: Option<Duration>,
+    /// When the server starts, against hystall's watch.
+    pub server: ServerStart,
+}
+
+/// When the node's server starts, and how hystall selects it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerStart {
+    /// Before hystall, selected by `--pid SERVER --port PORT`.
+    Before,
+    /// After `hystall watch --comm sing-box` is up: found by its name and
+    /// config alone, while its clients dial and their work starts at once.
+    AfterWatch,
+    /// Before `watch --comm sing-box`, then killed and started again (a new
+    /// process on the same port, a service restart) this long into the
+    /// run; the clients keep running and reconnect (work planned after the
+    /// restart starts once its client's tunnel works again).
+    RestartAt(Duration),
 }
 
 impl Setup {
@@ -101,6 +118,7 @@ impl Setup {
             stall_timeout: 3,
             record,
             retry_every: None,
+            server: ServerStart::Before,
         }
     }
 }
@@ -138,6 +156,9 @@ pub struct Run {
     pub server_pid: u32,
 }
 
+/// How long a client is waited for to reconnect after a restart (a quic-go
+/// client learns its connection died at its 30 s idle timeout at the latest).
+const RECONNECT_WITHIN: Duration = Duration::from_secs(40);
 /// How much longer than planned a run waits for its starved clients' flags.
 const GRACE: Duration = Duration::from_secs(10);
 
@@ -145,23 +166,37 @@ const GRACE: Duration = Duration::from_secs(10);
 /// what hystall said and what the clients saw.
 pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
     let opts = Options { clients: plans.len(), ..setup.opts.clone() };
-    let mut sb = SingBox::start(opts).unwrap_or_else(|e| panic!("sing-box node does not start: {e:#}"));
-    let server_pid = sb.server_pid().to_string();
-    // The server's port, and the hopping range a DNAT rule forwards to it.
-    let port = match &setup.opts.server_ports {
-        Some(range) => format!("{}-{}", sb.server_port, range.split(':').next_back().unwrap_or_default()),
-        None => sb.server_port.to_string(),
-    };
     let timeout = setup.stall_timeout.to_string();
     let record = setup.record.as_ref().map(|p| p.to_string_lossy().into_owned());
     let mut args: Vec<&str> = match &record {
         Some(file) => vec!["record", file],
         None => vec!["watch"],
     };
-    args.extend(["--json", "--pid", &server_pid, "--port", &port, "--stall-timeout", &timeout]);
+    args.extend(["--json", "--stall-timeout", &timeout]);
     args.extend(setup.watch_args.iter().map(String::as_str));
-    let mut watch = Proc::spawn(&args);
-    watch.wait_event("watch_started", Duration::from_secs(20));
+    // A server started after hystall is selected by name, as a service's is.
+    let mut watch = None;
+    if setup.server == ServerStart::AfterWatch {
+        let mut w = Proc::spawn(&[args.as_slice(), &["--comm", "sing-box"]].concat());
+        w.wait_event("watch_started", Duration::from_secs(20));
+        watch = Some(w);
+    }
+    let mut sb = SingBox::start(opts).unwrap_or_else(|e| panic!("sing-box node does not start: {e:#}"));
+    let mut server_pid = sb.server_pid().to_string();
+    // The server's port, and the hopping range a DNAT rule forwards to it.
+    let port = match &setup.opts.server_ports {
+        Some(range) => format!("{}-{}", sb.server_port, range.split(':').next_back().unwrap_or_default()),
+        None => sb.server_port.to_string(),
+    };
+    let mut watch = watch.unwrap_or_else(|| {
+        let select: &[&str] = match setup.server {
+            ServerStart::Before => &["--pid", &server_pid, "--port", &port],
+            _ => &["--comm", "sing-box"],
+        };
+        let mut w = Proc::spawn(&[args.as_slice(), select].concat());
+        w.wait_event("watch_started", Duration::from_secs(20));
+        w
+    });
 
     // Each client's UDP source ports, sampled while it runs.
     let ports: Arc<Mutex<Vec<BTreeSet<u16>>>> = Arc::new(Mutex::new(vec![BTreeSet::new(); plans.len()]));
@@ -190,6 +225,10 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
 
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
+    // When each client's work ends: as planned, or, when it waited for its
+    // client to reconnect, as long after its real start.
+    let ends: Arc<Mutex<Vec<Instant>>> =
+        Arc::new(Mutex::new(plans.iter().map(|_| start + Duration::from_secs_f64(setup.work_secs)).collect()));
     let mut targets: Vec<Vec<TcpTarget>> = Vec::new();
     let mut work: Vec<JoinHandle<()>> = Vec::new();
     for (i, plan) in plans.iter().enumerate() {
@@ -209,10 +248,25 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
         // come with another client's, and nothing would say whose it was).
         let (echo, retry_every) = (sb.echo.addr(), setup.retry_every);
         let phase = retry_every.map(|e| e.mul_f64(i as f64 / plans.len() as f64)).unwrap_or_default();
+        // Work planned after a restart waits for its client to be back: a
+        // quic-go client learns its connection died only at its idle timeout
+        // (30 s; the new server sends no stateless reset), and its user
+        // tries until a request goes through.
+        let reconnects = matches!(setup.server, ServerStart::RestartAt(r) if plan.start_after >= r);
+        let (ends, work_secs) = (ends.clone(), setup.work_secs);
         work.push(std::thread::spawn(move || {
             let at = start + plan.start_after;
             while Instant::now() < at && !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(10));
+            }
+            if reconnects {
+                ends.lock().unwrap_or_else(|e| e.into_inner())[i] =
+                    Instant::now() + RECONNECT_WITHIN + Duration::from_secs_f64(work_secs);
+                while !stop.load(Ordering::Relaxed) && !singbox::probe_new_stream(socks, echo, Duration::from_secs(2)) {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                let end = Instant::now() + Duration::from_secs_f64(work_secs) - plan.start_after;
+                ends.lock().unwrap_or_else(|e| e.into_inner())[i] = end;
             }
             let n = match plan.work {
                 Work::Stall(n) | Work::Fast(n) | Work::Slow(n) => n,
@@ -245,7 +299,32 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
     }
 
     let deadline = start + Duration::from_secs_f64(setup.work_secs);
-    let mut events = watch.collect_until(deadline);
+    let mut events = Vec::new();
+    if let ServerStart::RestartAt(at) = setup.server {
+        events = watch.collect_until(start + at);
+        sb.restart_server().unwrap_or_else(|e| panic!("the server does not start again: {e:#}"));
+        server_pid = sb.server_pid().to_string();
+        // The clients whose work began before it: the run does not end
+        // before each is back (its truth is read through its new connection).
+        for i in (0..plans.len()).filter(|&i| plans[i].start_after < at) {
+            let (socks, echo, stop, ends) = (sb.socks_of(i), sb.echo.addr(), stop.clone(), ends.clone());
+            ends.lock().unwrap_or_else(|e| e.into_inner())[i] = Instant::now() + RECONNECT_WITHIN;
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) && !singbox::probe_new_stream(socks, echo, Duration::from_secs(2)) {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                let mut ends = ends.lock().unwrap_or_else(|e| e.into_inner());
+                ends[i] = ends[i].max(Instant::now());
+            });
+        }
+    }
+    events.extend(watch.collect_until(deadline));
+    // Work that started late (its client reconnecting) runs its full time.
+    let late = || ends.lock().unwrap_or_else(|e| e.into_inner()).iter().max().copied().unwrap_or(deadline);
+    while Instant::now() < late() {
+        events.extend(watch.collect_until(late().min(Instant::now() + Duration::from_secs(1))));
+    }
+    let deadline = late().max(deadline);
     // A loaded machine fills the windows later: wait up to GRACE more for as
     // many connections flagged `likely` or better as the plans starve (which
     // ones is judged below), then a little longer for any wrong flag to show.

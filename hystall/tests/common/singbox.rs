@@ -332,6 +332,27 @@ impl SingBox {
         out
     }
 
+    /// Stops the server as `systemctl restart` does (SIGTERM: it closes its
+    /// connections, and their clients dial again at once) and starts it
+    /// again from the same config (a new process on the same port), while
+    /// the clients keep running; returns once it has bound its port.
+    pub fn restart_server(&mut self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.opts.shoes.is_none(), "restart_server runs sing-box servers only");
+        if let Some(mut old) = self.server.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(old.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(old.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            kill(&mut old);
+        }
+        let config: Value = serde_json::from_slice(&std::fs::read(self.dir.join("server.json"))?)?;
+        self.server = Some(run(&self.dir.join("sing-box"), &self.dir, "server", &config)?);
+        let server = self.server.as_mut().expect("server");
+        wait_udp_bound(self.server_port, self.opts.ipv6, server, Duration::from_secs(10)).with_context(|| self.logs())
+    }
+
     /// Kills the clients (the server keeps running): e.g. to see a QUIC connection end.
     pub fn stop_client(&mut self) {
         for mut c in self.clients.drain(..) {

@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use hystall_common::{DIR_C2S, FlowSample};
 
@@ -40,6 +41,10 @@ const HELD_PER_PORT: usize = 64;
 const HELD_FOR_NS: u64 = 10_000_000_000;
 /// Flows remembered per candidate port (who spoke first).
 const FLOWS_PER_PORT: usize = 4096;
+/// How long a port named by the config of a proxy that just started stays a
+/// server port with no socket on it (it binds within milliseconds; a config
+/// port it never serves is not watched for longer).
+pub const STARTING_GRACE: Duration = Duration::from_secs(5);
 
 /// An unconnected UDP socket of a watched process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +109,8 @@ pub struct ServerPorts {
     hops: BTreeMap<u16, u16>,
     /// Why the server ports changed since the last `take_change`.
     change: Option<String>,
+    /// Ports of proxies that just started, not bound yet: servers until then.
+    starting: HashMap<u16, Instant>,
 }
 
 impl ServerPorts {
@@ -120,6 +127,33 @@ impl ServerPorts {
             redirects: Vec::new(),
             hops: BTreeMap::new(),
             change: None,
+            starting: HashMap::new(),
+        }
+    }
+
+    /// A watched proxy has just started (its exec): the QUIC ports its config
+    /// names are server ports now, before it binds them. Its clients dial
+    /// within milliseconds (a restart under load), and a connection is
+    /// counted from its first packet only if its port is watched by then.
+    /// Each stays one without a socket for `STARTING_GRACE`.
+    pub fn started(&mut self, pid: u32, configured: &[(u16, String)]) {
+        let until = Instant::now() + STARTING_GRACE;
+        let mut found = Vec::new();
+        for (port, file) in configured {
+            self.candidates.remove(port);
+            match self.servers.get_mut(port) {
+                Some((owner, Why::Explicit)) => *owner = Some(pid),
+                Some((owner, _)) if *owner == Some(pid) => {}
+                _ => {
+                    self.servers.insert(*port, (Some(pid), Why::Config(file.clone())));
+                    found.push(*port);
+                }
+            }
+            self.starting.insert(*port, until);
+        }
+        if !found.is_empty() {
+            self.note_change(format!("found {} (named by the config of pid {pid}, which just started)", list(&found)));
+            self.apply_redirects();
         }
     }
 
@@ -131,8 +165,13 @@ impl ServerPorts {
         let live_inodes: HashSet<u32> = socks.iter().map(|s| s.inode).collect();
         self.clients.retain(|i| live_inodes.contains(i));
         let mut gone = Vec::new();
+        // A started proxy's port waits for its socket a while; once bound,
+        // it is an ordinary server port.
+        let now = Instant::now();
+        self.starting.retain(|port, until| now < *until && !by_port.contains_key(port));
+        let starting = &self.starting;
         self.servers.retain(|port, (_, why)| {
-            let keep = *why == Why::Explicit || by_port.contains_key(port);
+            let keep = *why == Why::Explicit || by_port.contains_key(port) || starting.contains_key(port);
             if !keep {
                 gone.push(*port);
             }
@@ -142,10 +181,9 @@ impl ServerPorts {
         let mut fixed = Vec::new();
         let mut configured = Vec::new();
         for s in socks {
-            if let Some((pid, why)) = self.servers.get_mut(&s.port) {
-                if *why == Why::Explicit {
-                    *pid = Some(s.pid);
-                }
+            if let Some((pid, _)) = self.servers.get_mut(&s.port) {
+                // The process that holds it now (a restart is a new pid).
+                *pid = Some(s.pid);
                 continue;
             }
             if self.clients.contains(&s.inode) {

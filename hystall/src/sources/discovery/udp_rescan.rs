@@ -17,12 +17,16 @@
 //! picked (quinn and Go clients bind port 0 too).
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::sources::processes::pace::Pace;
 
 /// The dump's period while the watched processes stay the same.
 pub const SLOW: Duration = Duration::from_secs(2);
+/// The dump's period for a while after a selected process started (`hurry`):
+/// a proxy binds its sockets within milliseconds of its exec, and a port its
+/// config does not name is watched only once a dump has shown it.
+pub const HURRY: Duration = Duration::from_millis(150);
 
 pub struct UdpRescan {
     pace: Pace,
@@ -30,16 +34,31 @@ pub struct UdpRescan {
     pids: HashSet<u32>,
     /// The last dump saw new processes: the next rescan dumps again.
     follow_up: bool,
+    /// Dumps run every `HURRY` until then (a selected process started).
+    hurry_until: Option<Instant>,
 }
 
 impl UdpRescan {
     /// `min`: the shortest gap between two dumps (also paced by their cost).
     pub fn new(min: Duration) -> UdpRescan {
-        UdpRescan { pace: Pace::every(min), pids: HashSet::new(), follow_up: false }
+        UdpRescan { pace: Pace::every(min), pids: HashSet::new(), follow_up: false, hurry_until: None }
+    }
+
+    /// A selected process started: dump every `HURRY` for `this` long.
+    pub fn hurry(&mut self, this: Duration) {
+        self.hurry_until = Some(Instant::now() + this);
+    }
+
+    /// Whether a process started a little while ago (`hurry`).
+    pub fn hurrying(&self) -> bool {
+        self.hurry_until.is_some_and(|t| Instant::now() < t)
     }
 
     /// Whether to dump now, for these watched processes.
     pub fn due(&self, pids: &HashSet<u32>) -> bool {
+        if self.hurrying() {
+            return self.pace.due_every(HURRY);
+        }
         self.pace.due() && (self.follow_up || *pids != self.pids || self.pace.since_last().is_none_or(|t| t >= SLOW))
     }
 
@@ -71,5 +90,22 @@ mod tests {
         r.run(&more, || ());
         assert!(!r.due(&more));
         assert!(r.due(&pids), "a process gone");
+    }
+
+    #[test]
+    fn a_process_that_started_has_its_sockets_dumped_every_hurry_for_a_while() {
+        let pids = HashSet::from([7]);
+        let mut r = UdpRescan::new(Duration::from_secs(1));
+        r.run(&pids, || ());
+        r.run(&pids, || ());
+        assert!(!r.due(&pids), "paced at a second");
+        r.hurry(Duration::from_millis(400));
+        assert!(!r.due(&pids), "not before {HURRY:?}");
+        std::thread::sleep(HURRY);
+        assert!(r.due(&pids), "every {HURRY:?} while hurrying");
+        r.run(&pids, || ());
+        std::thread::sleep(Duration::from_millis(400));
+        assert!(!r.hurrying());
+        assert!(!r.due(&pids), "back to the second's pace");
     }
 }

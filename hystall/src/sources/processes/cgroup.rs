@@ -118,6 +118,12 @@ pub fn is_within(member: &str, cg: &str) -> bool {
     cg.is_empty() || member == cg || member.strip_prefix(cg).is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// Whether process `pid` (under `proc`) is in any of `cgroups` or below.
+pub fn pid_within(proc: &Path, pid: u32, cgroups: &[String]) -> bool {
+    std::fs::read_to_string(proc.join(pid.to_string()).join("cgroup"))
+        .is_ok_and(|text| unified_path(&text).is_some_and(|m| cgroups.iter().any(|c| is_within(m, c))))
+}
+
 /// Processes (under `proc`, normally "/proc") in any of `cgroups` or below.
 pub fn pids_in(proc: &Path, cgroups: &[String]) -> std::io::Result<Vec<u32>> {
     let mut out = Vec::new();

@@ -31,6 +31,12 @@ impl Pace {
         self.last.is_none_or(|t| t.elapsed() >= self.gap())
     }
 
+    /// Whether a run is due now at a period of `min` instead (still paced
+    /// by its cost).
+    pub fn due_every(&self, min: Duration) -> bool {
+        self.last.is_none_or(|t| t.elapsed() >= min.max(self.cost * TIME_SHARE))
+    }
+
     /// Runs `f` and times it.
     pub fn run<T>(&mut self, f: impl FnOnce() -> T) -> T {
         let start = Instant::now();

@@ -70,6 +70,22 @@ impl Mode {
         !matches!(self, Mode::All)
     }
 
+    /// Whether a process that has just exec'd `comm` is selected: by its
+    /// new name, its cgroup, or its pid (a selected pid that execs another
+    /// program stays selected).
+    pub fn selects(&self, pid: u32, comm: &str) -> bool {
+        let named = |names: &[String]| names.iter().any(|n| comm_is(n, comm));
+        match self {
+            Mode::Explicit { pids, comms, cgroups } => {
+                pids.contains(&pid)
+                    || named(comms)
+                    || (!cgroups.is_empty() && super::cgroup::pid_within(Path::new("/proc"), pid, cgroups))
+            }
+            Mode::Detected { comms } => named(comms),
+            Mode::All => false,
+        }
+    }
+
     /// The processes selected now (explicit pids that exited are dropped).
     pub fn resolve(&self) -> HashSet<u32> {
         let mut out = HashSet::new();
@@ -87,6 +103,11 @@ impl Mode {
         }
         out
     }
+}
+
+/// Whether a process name (as the kernel keeps it, cut to 15 bytes) is `name`.
+pub fn comm_is(name: &str, comm: &str) -> bool {
+    name.as_bytes()[..name.len().min(15)] == *comm.as_bytes()
 }
 
 /// Processes whose /proc/PID/comm is exactly `name` (like `pgrep -x`). comm is

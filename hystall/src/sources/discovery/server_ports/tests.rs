@@ -262,3 +262,42 @@ fn a_candidate_holds_only_its_last_seconds() {
     assert_eq!(out.len(), 4, "samples at 45, 50 and 55 s, and the Initial");
     assert!(out.iter().all(|s| s.ts_ns >= 45 * sec));
 }
+
+#[test]
+fn the_ports_a_started_proxys_config_names_are_watched_before_it_binds_them() {
+    let eph = (32768, 60999);
+    let mut p = ServerPorts::new(HashSet::new(), eph, true);
+    let file = "/etc/sing-box/config.json".to_string();
+    p.started(9, &[(41000, file.clone())]);
+    assert!(p.is_server(41000), "watched at its exec, not at the next rescan");
+    assert!(p.kernel_ports().contains(&41000));
+    assert_eq!(p.owners().get(&41000), Some(&9));
+    let change = p.take_change().expect("a change");
+    assert!(change.contains("41000") && change.contains("pid 9"), "{change}");
+    // A rescan before it has bound the port does not take it back...
+    p.set_configured(HashMap::from([(41000, file.clone())]));
+    p.update(&[]);
+    assert!(p.is_server(41000));
+    assert!(p.take_change().is_none());
+    // ...its socket shows, held by the new process...
+    p.update(&[UdpSock { port: 41000, pid: 9, inode: 5 }]);
+    assert!(p.is_server(41000));
+    assert_eq!(p.owners().get(&41000), Some(&9));
+    // ...and when the socket goes, so does the port (the grace was for binding).
+    p.update(&[]);
+    assert!(!p.is_server(41000));
+}
+
+#[test]
+fn a_restarted_proxys_port_is_owned_by_the_new_process() {
+    let mut p = ServerPorts::new(HashSet::new(), (32768, 60999), true);
+    let file = "/etc/sing-box/config.json".to_string();
+    p.set_configured(HashMap::from([(41000, file.clone())]));
+    p.update(&[UdpSock { port: 41000, pid: 7, inode: 5 }]);
+    p.take_change();
+    // The new process execs before the old one's socket is gone from a dump.
+    p.started(8, &[(41000, file)]);
+    assert_eq!(p.owners().get(&41000), Some(&8));
+    p.update(&[UdpSock { port: 41000, pid: 8, inode: 6 }]);
+    assert_eq!(p.owners().get(&41000), Some(&8));
+}

@@ -110,6 +110,15 @@ const SPECS: &[Spec] = &[
     Spec { prog: "sys_exit", kind: Kind::Raw("sys_exit"), why: "blocking writers parked in send syscalls" },
 ];
 
+/// Process starts, for a selection to follow a proxy that starts or restarts
+/// within milliseconds (`proc_exec.rs`): attached only when processes are
+/// selected (with every process watched there is nothing to follow).
+const EXEC_SPEC: Spec = Spec {
+    prog: "sched_process_exec",
+    kind: Kind::Tp("sched", "sched_process_exec"),
+    why: "a selected proxy that starts is watched within milliseconds (else at the next second's rescan)",
+};
+
 /// Programs `watch` never attaches: raw_syscalls puts every task of the
 /// machine on the slow syscall path (about +180 ns per syscall here, see
 /// docs/PERFORMANCE.md), and blocked writers are found from /proc instead
@@ -214,6 +223,11 @@ impl Probes {
                 Some(_) => replaced.push(st),
                 None => status.push(st),
             }
+        }
+        if cfg.filter_pids {
+            let res = attach(&mut ebpf, &EXEC_SPEC, &btf);
+            let note = res.as_ref().err().map(|e| format!("{e}; without it hystall loses: {}", EXEC_SPEC.why));
+            status.push(ProbeStatus { name: EXEC_SPEC.prog.into(), attached: res.is_ok(), note });
         }
         let tcp_probe = status.iter().any(|s| s.name == "tcp_probe" && s.attached);
         if let Some(p) = send {
