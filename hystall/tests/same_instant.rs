@@ -113,3 +113,23 @@ fn four_and_two_stalled_starting_together_behind_a_lossy_path() {
     let plans = [Plan::new(Work::Stall(4)), Plan::new(Work::Stall(2))];
     node::run(&lossy(name), &plans).judge(name, NEED);
 }
+
+#[test]
+fn four_and_two_stalled_starting_together_with_salamander_behind_a_lossy_path() {
+    let name = "four_and_two_stalled_starting_together_with_salamander_behind_a_lossy_path";
+    let Some(_g) = ready(name) else { return };
+    let plans = [Plan::new(Work::Stall(4)), Plan::new(Work::Stall(2)), Plan::new(Work::Idle)];
+    let mut setup = lossy(name);
+    setup.opts.obfs = Some("hystall-lab".into());
+    node::run(&setup, &plans).judge(name, NEED);
+}
+
+#[test]
+fn two_starved_clients_starting_together_over_ipv6_behind_a_lossy_path() {
+    let name = "two_starved_clients_starting_together_over_ipv6_behind_a_lossy_path";
+    let Some(_g) = ready(name) else { return };
+    let plans = [Plan::new(Work::Stall(4)), Plan::new(Work::Stall(4)), Plan::new(Work::Stall(2))];
+    let mut setup = lossy(name);
+    setup.opts.ipv6 = true;
+    node::run(&setup, &plans).judge(name, NEED);
+}

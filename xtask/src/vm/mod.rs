@@ -77,12 +77,40 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
         logs.display()
     );
 
-    let mut rows = Vec::new();
-    for k in kernels {
-        let row = run_one(k, &bin, sing_box.as_deref(), &logs.join(k.label()));
+    // Guests first, `jobs()` at a time (each TCG guest is one host thread),
+    // their kernels fetched one at a time before (apt); the host's run
+    // after, alone (its checks time the machine itself).
+    let guests: Vec<Kernel> = kernels.iter().copied().filter(|k| *k != Kernel::Host).collect();
+    let mut queue: std::collections::VecDeque<(Kernel, anyhow::Result<kernels::Unpacked>)> =
+        guests.iter().map(|&k| (k, kernels::fetch(k))).collect();
+    let queue = std::sync::Mutex::new(std::mem::take(&mut queue));
+    let done = std::sync::Mutex::new(Vec::new());
+    let jobs = jobs().min(guests.len().max(1));
+    if jobs > 1 {
+        println!("vm: {jobs} guests at a time (HYSTALL_VM_JOBS)");
+    }
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    let Some((k, fetched)) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
+                        break;
+                    };
+                    let row = run_one(k, Some(fetched), &bin, sing_box.as_deref(), &logs.join(k.label()));
+                    report::print_row(&row);
+                    done.lock().unwrap_or_else(|e| e.into_inner()).push(row);
+                }
+            });
+        }
+    });
+    let mut rows = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    if kernels.contains(&Kernel::Host) {
+        let row = run_one(Kernel::Host, None, &bin, sing_box.as_deref(), &logs.join(Kernel::Host.label()));
         report::print_row(&row);
         rows.push(row);
     }
+    // The tables in the order asked.
+    rows.sort_by_key(|r| kernels.iter().position(|k| *k == r.kernel));
     if args.keep_logs.is_none() {
         // Only what failed is worth reading afterwards.
         for row in &rows {
@@ -104,9 +132,23 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
     Ok(Outcome { passed, failed, failures })
 }
 
-/// One kernel's run, judged. Never fails: a kernel that cannot be fetched or
-/// booted fails each of its checks, saying why.
-fn run_one(kernel: Kernel, bin: &Path, sing_box: Option<&Path>, out: &Path) -> report::Row {
+/// Guests run at once: HYSTALL_VM_JOBS, else 2 where the machine has two
+/// cores or more (a TCG guest runs on one host thread).
+fn jobs() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::env::var("HYSTALL_VM_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(cores.min(2)).max(1)
+}
+
+/// One kernel's run (`fetched`: its package, None for the host), judged.
+/// Never fails: a kernel that cannot be fetched or booted fails each of its
+/// checks, saying why.
+fn run_one(
+    kernel: Kernel,
+    fetched: Option<anyhow::Result<kernels::Unpacked>>,
+    bin: &Path,
+    sing_box: Option<&Path>,
+    out: &Path,
+) -> report::Row {
     let started = Instant::now();
     let mut row = report::Row::new(kernel);
     let ran = (|| -> anyhow::Result<guest::Ran> {
@@ -115,7 +157,10 @@ fn run_one(kernel: Kernel, bin: &Path, sing_box: Option<&Path>, out: &Path) -> r
             row.release = host_release();
             return guest::run_host(out);
         }
-        let k = kernels::fetch(kernel)?;
+        let k = match fetched {
+            Some(f) => f?,
+            None => kernels::fetch(kernel)?,
+        };
         row.release = k.release.clone();
         println!("vm: {kernel}: booting {} ({}) under qemu", k.package, k.release);
         guest::run_guest(&k, out)
