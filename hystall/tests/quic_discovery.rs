@@ -1,7 +1,8 @@
 //! Root end-to-end tests of QUIC server discovery without `--port`: a real
 //! Hysteria2 server (sing-box) on a port in the kernel's ephemeral range is
-//! found from the client Initials it receives, when it runs before hystall,
-//! when it starts after it, and when it restarts on another port; from its
+//! found from the client Initials it receives when it runs before hystall
+//! (its config gone); from its config at its exec when it starts after
+//! hystall, and when it restarts on another port; from its
 //! config when its connection was open before hystall started; in a
 //! `--cgroup` it joins after hystall started; a
 //! port-hopping range is taken from an nftables DNAT rule; and a run with no
@@ -129,22 +130,19 @@ fn a_server_started_after_hystall_is_found() {
     let mut sb = server();
     let port = sb.server_port;
     let mut log = Vec::new();
-    // The server's socket becomes a candidate within a rescan or two (or, when
-    // the rescan read its config before the test removed it, a server port)...
-    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| {
-        candidates_of(v).contains(&u64::from(port)) || ports_of(v).contains(&port.to_string())
-    });
-    sb.add_client().expect("client");
-    // ...and a server port at the client's Initial; the client's own socket
-    // (also sing-box, also watched) is never taken for one.
+    // Found at its exec, from its config (read before the test removes it),
+    // before it has bound the port: not at the next rescan.
     let found = wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| ports_of(v).contains(&port.to_string()));
+    assert!(found["reason"].as_str().unwrap().contains("just started"), "{found}");
     assert_eq!(ports_of(&found), [port.to_string()], "{found}");
     let before = log.len();
+    sb.add_client().expect("client");
     let events = starve(&mut w, log, &sb, 12);
     assert_seen_and_starved(&events, port..=port);
-    // The port stays a server port for the rest of the run.
+    // The port stays a server port for the rest of the run, and the
+    // client's own socket (also sing-box, also watched) is never taken for one.
     let later: Vec<&Value> = named(&events[before..], "quic_ports_changed");
-    assert!(later.iter().all(|e| ports_of(e).contains(&port.to_string())), "{later:#?}");
+    assert!(later.iter().all(|e| ports_of(e) == [port.to_string()]), "{later:#?}");
 }
 
 #[test]
@@ -158,11 +156,8 @@ fn a_server_restarted_on_another_port_is_followed() {
     let mut first = server();
     let old = first.server_port;
     let mut log = Vec::new();
-    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| {
-        candidates_of(v).contains(&u64::from(old)) || ports_of(v).contains(&old.to_string())
-    });
-    first.add_client().expect("client");
     wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| ports_of(v).contains(&old.to_string()));
+    first.add_client().expect("client");
     // Restart: new processes, new port.
     drop(first);
     let gone = wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| !ports_of(v).contains(&old.to_string()));
@@ -171,11 +166,10 @@ fn a_server_restarted_on_another_port_is_followed() {
     let mut second = server();
     let new = second.server_port;
     assert_ne!(new, old);
-    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| {
-        candidates_of(v).contains(&u64::from(new)) || ports_of(v).contains(&new.to_string())
-    });
+    // The new process is found at its exec, from its config.
+    let found = wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| ports_of(v).contains(&new.to_string()));
+    assert!(found["reason"].as_str().unwrap().contains("just started"), "{found}");
     second.add_client().expect("client");
-    wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| ports_of(v).contains(&new.to_string()));
     let events = starve(&mut w, log, &second, 12);
     assert_seen_and_starved(&events, new..=new);
 }
