@@ -133,3 +133,22 @@ fn two_starved_clients_starting_together_over_ipv6_behind_a_lossy_path() {
     setup.opts.ipv6 = true;
     node::run(&setup, &plans).judge(name, NEED);
 }
+
+#[test]
+fn three_starved_among_eight_starting_together_behind_a_lossy_path() {
+    let name = "three_starved_among_eight_starting_together_behind_a_lossy_path";
+    let Some(_g) = ready(name) else { return };
+    let plans = [
+        Plan::new(Work::Stall(4)),
+        Plan::new(Work::Stall(4)),
+        Plan::new(Work::Stall(4)),
+        Plan::new(Work::Stall(2)),
+        Plan::new(Work::Fast(2)).rate(1 << 20),
+        Plan::new(Work::Slow(2)),
+        Plan::new(Work::Download),
+        Plan::new(Work::Idle),
+    ];
+    // As without the lossy path: held to no wrong flag (see
+    // `three_starved_among_eight_starting_together`).
+    node::run(&lossy(name), &plans).judge_with(name, NEED, Expect::NoWrongFlag);
+}
