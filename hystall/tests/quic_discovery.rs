@@ -45,6 +45,12 @@ fn server() -> SingBox {
     sb
 }
 
+/// A server with no client yet, its config kept: what a proxy started after
+/// hystall is found from, at its exec.
+fn server_with_config() -> SingBox {
+    SingBox::start(Options { no_client: true, ..Default::default() }).expect("sing-box server")
+}
+
 fn ports_of(info: &Value) -> Vec<String> {
     info["ports"].as_array().expect("ports").iter().map(|p| p["port"].as_str().expect("port").to_owned()).collect()
 }
@@ -127,10 +133,10 @@ fn a_server_started_after_hystall_is_found() {
     let mut w = Proc::spawn(&["watch", "--json", "--comm", "sing-box", "--stall-timeout", TIMEOUT]);
     let started = w.wait_event("watch_started", Duration::from_secs(15));
     assert!(started["quic"]["note"].is_string(), "nothing QUIC watched yet: {started}");
-    let mut sb = server();
+    let mut sb = server_with_config();
     let port = sb.server_port;
     let mut log = Vec::new();
-    // Found at its exec, from its config (read before the test removes it),
+    // Found at its exec, from its config,
     // before it has bound the port: not at the next rescan.
     let found = wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| ports_of(v).contains(&port.to_string()));
     assert!(found["reason"].as_str().unwrap().contains("just started"), "{found}");
@@ -153,7 +159,7 @@ fn a_server_restarted_on_another_port_is_followed() {
     }
     let mut w = Proc::spawn(&["watch", "--json", "--comm", "sing-box", "--stall-timeout", TIMEOUT]);
     w.wait_event("watch_started", Duration::from_secs(15));
-    let mut first = server();
+    let mut first = server_with_config();
     let old = first.server_port;
     let mut log = Vec::new();
     wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| ports_of(v).contains(&old.to_string()));
@@ -163,7 +169,7 @@ fn a_server_restarted_on_another_port_is_followed() {
     let gone = wait_ports(&mut w, &mut log, Duration::from_secs(10), |v| !ports_of(v).contains(&old.to_string()));
     assert!(gone["reason"].as_str().unwrap().contains("gone"), "{gone}");
     assert!(gone["note"].is_string(), "nothing watched again, and said: {gone}");
-    let mut second = server();
+    let mut second = server_with_config();
     let new = second.server_port;
     assert_ne!(new, old);
     // The new process is found at its exec, from its config.

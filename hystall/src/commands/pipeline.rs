@@ -83,7 +83,7 @@ impl Pipeline {
         }
         if mode.filters() && live.pids.is_empty() {
             warnings.push(
-                "no process matches the selection yet: watching for one (a process started later is picked up within a second)"
+                "no process matches the selection yet: watching for one (a process that starts later is picked up at its exec)"
                     .into(),
             );
         }

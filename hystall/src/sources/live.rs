@@ -35,8 +35,9 @@ const INFLIGHT_AFTER: Duration = Duration::from_millis(300);
 /// those the kernel reports starting are taken at once: `follow_execs`).
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
 /// How long after a selected process started its UDP sockets are dumped at
-/// every tick (`UdpRescan::hurry`): the ports its config does not name.
-const STARTED_HURRY: Duration = Duration::from_secs(3);
+/// every tick (`UdpRescan::hurry`): the ports its config does not name, and
+/// those it does for as long as they wait for it to bind them.
+const STARTED_HURRY: Duration = super::discovery::server_ports::STARTING_GRACE;
 /// Execs looked at per drain of the events ring (a build farm's burst is
 /// cut; the next second's rescan finds what it hid).
 const MAX_EXECS: usize = 256;
@@ -652,7 +653,7 @@ impl Live {
         for &pid in &started {
             // Its config now (a pid that exec'd runs another program).
             let ports = super::discovery::proxy_config::ports_of(pid);
-            self.servers.started(pid, &ports);
+            self.servers.started(pid, &ports, |p| std::path::Path::new(&format!("/proc/{p}")).exists());
             self.configs.insert(pid, ports);
         }
         let mut out = Vec::new();

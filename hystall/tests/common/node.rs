@@ -224,6 +224,9 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
     };
 
     let stop = Arc::new(AtomicBool::new(false));
+    // Set once a restarted server is up again (work planned after the
+    // restart must not reach the old one on its way out).
+    let restarted = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     // When each client's work ends: as planned, or, when it waited for its
     // client to reconnect, as long after its real start.
@@ -253,7 +256,7 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
         // (30 s; the new server sends no stateless reset), and its user
         // tries until a request goes through.
         let reconnects = matches!(setup.server, ServerStart::RestartAt(r) if plan.start_after >= r);
-        let (ends, work_secs) = (ends.clone(), setup.work_secs);
+        let (ends, work_secs, restarted) = (ends.clone(), setup.work_secs, restarted.clone());
         work.push(std::thread::spawn(move || {
             let at = start + plan.start_after;
             while Instant::now() < at && !stop.load(Ordering::Relaxed) {
@@ -262,6 +265,9 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
             if reconnects {
                 ends.lock().unwrap_or_else(|e| e.into_inner())[i] =
                     Instant::now() + RECONNECT_WITHIN + Duration::from_secs_f64(work_secs);
+                while !restarted.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 while !stop.load(Ordering::Relaxed) && !singbox::probe_new_stream(socks, echo, Duration::from_secs(2)) {
                     std::thread::sleep(Duration::from_millis(200));
                 }
@@ -304,6 +310,7 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
         events = watch.collect_until(start + at);
         sb.restart_server().unwrap_or_else(|e| panic!("the server does not start again: {e:#}"));
         server_pid = sb.server_pid().to_string();
+        restarted.store(true, Ordering::Relaxed);
         // The clients whose work began before it: the run does not end
         // before each is back (its truth is read through its new connection).
         for i in (0..plans.len()).filter(|&i| plans[i].start_after < at) {

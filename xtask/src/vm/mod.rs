@@ -65,7 +65,15 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
     let bin = binary(args.bin.as_deref())?;
     // The check fails (saying why) rather than the whole matrix.
     let sing_box = setup::sing_box_binary().map_err(|e| println!("vm: no sing-box ({e:#}): its check will fail")).ok();
-    let kernels = if args.kernels.is_empty() { Kernel::ALL.to_vec() } else { args.kernels.clone() };
+    let mut kernels = if args.kernels.is_empty() { Kernel::ALL.to_vec() } else { args.kernels.clone() };
+    // Each kernel once: two runs of one would share its folder.
+    let mut seen = Vec::new();
+    kernels.retain(|k| {
+        !seen.contains(k) && {
+            seen.push(*k);
+            true
+        }
+    });
     let logs = match &args.keep_logs {
         Some(dir) => dir.clone(),
         None => sh::target_dir().join("vm-logs"),
@@ -85,6 +93,8 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
         guests.iter().map(|&k| (k, kernels::fetch(k))).collect();
     let queue = std::sync::Mutex::new(std::mem::take(&mut queue));
     let done = std::sync::Mutex::new(Vec::new());
+    // A row's lines together, whichever guest ends first.
+    let print = std::sync::Mutex::new(());
     let jobs = jobs().min(guests.len().max(1));
     if jobs > 1 {
         println!("vm: {jobs} guests at a time (HYSTALL_VM_JOBS)");
@@ -97,7 +107,10 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
                         break;
                     };
                     let row = run_one(k, Some(fetched), &bin, sing_box.as_deref(), &logs.join(k.label()));
-                    report::print_row(&row);
+                    {
+                        let _one = print.lock().unwrap_or_else(|e| e.into_inner());
+                        report::print_row(&row);
+                    }
                     done.lock().unwrap_or_else(|e| e.into_inner()).push(row);
                 }
             });
@@ -132,11 +145,14 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
     Ok(Outcome { passed, failed, failures })
 }
 
-/// Guests run at once: HYSTALL_VM_JOBS, else 2 where the machine has two
-/// cores or more (a TCG guest runs on one host thread).
+/// Guests run at once: HYSTALL_VM_JOBS, else 2 where single-threaded TCG
+/// runs each on one host thread and the machine has two cores or more
+/// (under KVM or multi-threaded TCG a guest uses both: one at a time).
 fn jobs() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::env::var("HYSTALL_VM_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(cores.min(2)).max(1)
+    let one_thread = !guest::kvm() && std::env::var("HYSTALL_VM_TCG").map_or(true, |v| v != "multi");
+    let default = if one_thread { cores.min(2) } else { 1 };
+    std::env::var("HYSTALL_VM_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(default).max(1)
 }
 
 /// One kernel's run (`fetched`: its package, None for the host), judged.

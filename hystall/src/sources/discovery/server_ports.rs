@@ -109,8 +109,9 @@ pub struct ServerPorts {
     hops: BTreeMap<u16, u16>,
     /// Why the server ports changed since the last `take_change`.
     change: Option<String>,
-    /// Ports of proxies that just started, not bound yet: servers until then.
-    starting: HashMap<u16, Instant>,
+    /// Ports of proxies that just started, not bound by them yet: servers
+    /// until then (the process, the end of its grace).
+    starting: HashMap<u16, (u32, Instant)>,
 }
 
 impl ServerPorts {
@@ -135,21 +136,27 @@ impl ServerPorts {
     /// names are server ports now, before it binds them. Its clients dial
     /// within milliseconds (a restart under load), and a connection is
     /// counted from its first packet only if its port is watched by then.
-    /// Each stays one without a socket for `STARTING_GRACE`.
-    pub fn started(&mut self, pid: u32, configured: &[(u16, String)]) {
+    /// Each stays one until that process binds it, for `STARTING_GRACE` at
+    /// most. A port already served (a restart whose old process has not
+    /// let go yet, a `sing-box check` of the running config) keeps its
+    /// owner while `alive` says it runs, and is not reported again.
+    pub fn started(&mut self, pid: u32, configured: &[(u16, String)], alive: impl Fn(u32) -> bool) {
         let until = Instant::now() + STARTING_GRACE;
         let mut found = Vec::new();
         for (port, file) in configured {
             self.candidates.remove(port);
             match self.servers.get_mut(port) {
-                Some((owner, Why::Explicit)) => *owner = Some(pid),
-                Some((owner, _)) if *owner == Some(pid) => {}
-                _ => {
+                Some((owner, _)) => {
+                    if !owner.is_some_and(&alive) {
+                        *owner = Some(pid);
+                    }
+                }
+                None => {
                     self.servers.insert(*port, (Some(pid), Why::Config(file.clone())));
                     found.push(*port);
                 }
             }
-            self.starting.insert(*port, until);
+            self.starting.insert(*port, (pid, until));
         }
         if !found.is_empty() {
             self.note_change(format!("found {} (named by the config of pid {pid}, which just started)", list(&found)));
@@ -168,7 +175,8 @@ impl ServerPorts {
         // A started proxy's port waits for its socket a while; once bound,
         // it is an ordinary server port.
         let now = Instant::now();
-        self.starting.retain(|port, until| now < *until && !by_port.contains_key(port));
+        self.starting
+            .retain(|port, (pid, until)| now < *until && !socks.iter().any(|s| s.port == *port && s.pid == *pid));
         let starting = &self.starting;
         self.servers.retain(|port, (_, why)| {
             let keep = *why == Why::Explicit || by_port.contains_key(port) || starting.contains_key(port);

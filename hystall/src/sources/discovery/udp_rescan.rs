@@ -7,6 +7,8 @@
 //! - at the rescan after the watched processes changed, and at the one
 //!   after it (a new socket is resolved at the dump after the one that
 //!   first showed it: `quic::unconnected_udp`);
+//! - every `HURRY` for a while after a selected process exec'd (`hurry`:
+//!   it binds within milliseconds, and its clients may dial at once);
 //! - otherwise every `SLOW`: a socket a running process opens later (a new
 //!   inbound, a server on port 0), and sockets gone (a server stopped).
 //!

@@ -268,7 +268,7 @@ fn the_ports_a_started_proxys_config_names_are_watched_before_it_binds_them() {
     let eph = (32768, 60999);
     let mut p = ServerPorts::new(HashSet::new(), eph, true);
     let file = "/etc/sing-box/config.json".to_string();
-    p.started(9, &[(41000, file.clone())]);
+    p.started(9, &[(41000, file.clone())], |_| true);
     assert!(p.is_server(41000), "watched at its exec, not at the next rescan");
     assert!(p.kernel_ports().contains(&41000));
     assert_eq!(p.owners().get(&41000), Some(&9));
@@ -295,9 +295,22 @@ fn a_restarted_proxys_port_is_owned_by_the_new_process() {
     p.set_configured(HashMap::from([(41000, file.clone())]));
     p.update(&[UdpSock { port: 41000, pid: 7, inode: 5 }]);
     p.take_change();
-    // The new process execs before the old one's socket is gone from a dump.
-    p.started(8, &[(41000, file)]);
-    assert_eq!(p.owners().get(&41000), Some(&8));
+    // The new process execs while the old one still holds the port: no
+    // second "found", the owner stays while it runs...
+    p.started(8, &[(41000, file.clone())], |pid| pid == 7);
+    assert!(p.take_change().is_none());
+    assert_eq!(p.owners().get(&41000), Some(&7));
+    // ...a dump still shows the old socket, then none before the new one
+    // binds: the port stays watched (the gap a restart would otherwise open)...
+    p.update(&[UdpSock { port: 41000, pid: 7, inode: 5 }]);
+    p.update(&[]);
+    assert!(p.is_server(41000), "kept for the new process to bind");
+    // ...which then owns it.
     p.update(&[UdpSock { port: 41000, pid: 8, inode: 6 }]);
     assert_eq!(p.owners().get(&41000), Some(&8));
+    // A short-lived run of the same config (`sing-box check`) whose owner
+    // has gone takes it over only until the next dump shows the server's.
+    p.started(9, &[(41000, file)], |pid| pid == 8);
+    assert_eq!(p.owners().get(&41000), Some(&8));
+    assert!(p.take_change().is_none());
 }
