@@ -7,17 +7,8 @@
 
 mod common;
 
-use common::node::{self, Expect, Plan, Setup, Work};
-use common::root_or_skip;
-use common::singbox::{Options, sing_box_or_skip};
-
-/// Stalled streams that exhaust the lab's 20 MiB window with 8 MiB ones.
-const NEED: usize = 3;
-
-fn ready(name: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
-    let g = root_or_skip(name)?;
-    sing_box_or_skip(name).then_some(g)
-}
+use common::node::{self, Expect, NEED, Plan, Setup, Work, ready};
+use common::singbox::Options;
 
 /// Healthy clients of every kind, started at `at` seconds; the uploads at a
 /// client's uplink rate.

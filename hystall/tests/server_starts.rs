@@ -9,17 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::node::{self, Plan, ServerStart, Setup, Work};
-use common::root_or_skip;
-use common::singbox::sing_box_or_skip;
-
-/// Stalled streams that exhaust the lab's 20 MiB window with 8 MiB ones.
-const NEED: usize = 3;
-
-fn ready(name: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
-    let g = root_or_skip(name)?;
-    sing_box_or_skip(name).then_some(g)
-}
+use common::node::{self, NEED, Plan, ServerStart, Setup, Work, ready};
 
 #[test]
 fn a_server_started_after_hystall_with_its_clients_uploading_at_once() {

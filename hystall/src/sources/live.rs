@@ -647,9 +647,8 @@ impl Live {
             return;
         }
         let now = crate::core::time::mono_now();
-        let mut pids = self.mode.resolve();
-        // Selected by its pid (an explicit one that exec'd) or its name.
-        pids.extend(started.iter().filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()));
+        // It is among them: by its name, its cgroup or its explicit pid.
+        let pids = self.mode.resolve();
         for &pid in &started {
             // Its config now (a pid that exec'd runs another program).
             let ports = super::discovery::proxy_config::ports_of(pid);

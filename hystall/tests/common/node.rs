@@ -21,6 +21,16 @@ use serde_json::Value;
 use super::Proc;
 use super::singbox::{self, Behaviour, Options, SingBox, TcpTarget};
 
+/// Stalled streams that exhaust the lab's 20 MiB window with 8 MiB ones.
+pub const NEED: usize = 3;
+
+/// The guard a node scenario runs under, or None (it printed why it skips):
+/// it needs root and sing-box.
+pub fn ready(name: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    let g = super::root_or_skip(name)?;
+    singbox::sing_box_or_skip(name).then_some(g)
+}
+
 /// What one client does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Work {

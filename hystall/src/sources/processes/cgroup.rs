@@ -132,8 +132,7 @@ pub fn pids_in(proc: &Path, cgroups: &[String]) -> std::io::Result<Vec<u32>> {
     }
     for entry in std::fs::read_dir(proc)?.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(text) = std::fs::read_to_string(entry.path().join("cgroup")) else { continue };
-        if unified_path(&text).is_some_and(|m| cgroups.iter().any(|c| is_within(m, c))) {
+        if pid_within(proc, pid, cgroups) {
             out.push(pid);
         }
     }

@@ -113,12 +113,11 @@ pub fn comm_is(name: &str, comm: &str) -> bool {
 /// Processes whose /proc/PID/comm is exactly `name` (like `pgrep -x`). comm is
 /// cut to 15 bytes by the kernel, so a longer name matches on its prefix.
 pub fn pids_by_comm(name: &str) -> Result<Vec<u32>, SelectError> {
-    let want = &name.as_bytes()[..name.len().min(15)];
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").map_err(SelectError::Proc)?.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        if let Ok(c) = std::fs::read(entry.path().join("comm"))
-            && c.strip_suffix(b"\n").unwrap_or(&c) == want
+        if let Ok(c) = std::fs::read_to_string(entry.path().join("comm"))
+            && comm_is(name, c.strip_suffix('\n').unwrap_or(&c))
         {
             out.push(pid);
         }
