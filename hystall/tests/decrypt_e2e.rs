@@ -343,7 +343,7 @@ fn uploads_into_targets_that_read_or_close_are_not_flagged() {
 }
 
 /// Runs of `slow_targets_that_keep_moving_are_never_flagged`.
-const SLOW_RUNS: usize = 6;
+const SLOW_RUNS: usize = 5;
 /// How long each run uploads: beyond the longer stall timeout and two of
 /// the slower targets' raises.
 const SLOW_RUN: Duration = Duration::from_secs(17);

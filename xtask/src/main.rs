@@ -2,6 +2,7 @@
 //!
 //! Every task is idempotent, prints what it does, and can be re-run safely.
 
+mod background;
 mod bench;
 mod build;
 mod clippy;
@@ -39,8 +40,9 @@ enum Task {
         args: Vec<String>,
     },
     /// Set up, then `cargo test --workspace --release` (extra args after `--` go to cargo test);
-    /// without extra args, also build and check the artifacts of `dist`, then run the kernel
-    /// matrix (`vm`, on the dist binary just built; HYSTALL_VM=0 skips it).
+    /// without extra args, also build the artifacts of `dist` (beside the tests, at idle
+    /// priority) and check them, then run the kernel matrix (`vm`, on the dist binary just
+    /// built; its kernels are fetched beside the tests; HYSTALL_VM=0 skips it).
     Test {
         /// Extra arguments for cargo test, after `--` (e.g. `-- stall -- --nocapture`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -84,6 +86,18 @@ enum Task {
     /// Set up, build, install the binary to /usr/local/bin/hystall and the systemd unit
     /// (hystall.service, /etc/default/hystall, user hystall); sudo when not root.
     Install,
+    /// Internal, run by `test` beside its tests: build the artifacts of `dist`, without
+    /// set-up or checks. Ends (its whole process group) when its stdin closes.
+    #[command(hide = true)]
+    DistBuild,
+    /// Internal, run by `test` beside its tests: download and unpack the kernels of the
+    /// matrix into the cache. Ends (its whole process group) when its stdin closes.
+    #[command(hide = true)]
+    VmFetch {
+        /// Kernels, repeatable (default: every guest).
+        #[arg(long = "kernel", value_name = "K")]
+        kernels: Vec<vm::Kernel>,
+    },
 }
 
 fn main() {
@@ -101,6 +115,14 @@ fn main() {
         Task::Install => install::install(),
         Task::Dist => dist::dist(),
         Task::Vm(args) => vm::vm(&args),
+        Task::DistBuild => {
+            background::stop_with_parent();
+            dist::build_only()
+        }
+        Task::VmFetch { kernels } => {
+            background::stop_with_parent();
+            vm::fetch_only(&kernels)
+        }
     };
     if let Err(e) = result {
         // The failing step has printed its own output: one line says why we stop.
@@ -130,6 +152,13 @@ mod tests {
         assert_eq!(args, ["-jobs=2"]);
         let Task::Fuzz { secs, .. } = parse("xtask fuzz") else { panic!() };
         assert_eq!(secs, 120);
+    }
+
+    #[test]
+    fn the_background_jobs_parse() {
+        assert!(matches!(parse("xtask dist-build"), Task::DistBuild));
+        let Task::VmFetch { kernels } = parse("xtask vm-fetch --kernel 5.10 --kernel 6.1-rt") else { panic!() };
+        assert_eq!(kernels, [vm::Kernel::V5_10, vm::Kernel::V6_1Rt]);
     }
 
     #[test]

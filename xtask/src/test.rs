@@ -8,9 +8,9 @@
 //! counted as failed once); a second failure fails the run. Unit tests and
 //! more than `MAX_RETRIED` failures are never retried.
 //!
-//! Then the kernel matrix (`cargo xtask vm`, every kernel, the release binary
-//! the tests built): its checks count in the closing summary and a failed one
-//! fails the run. It runs when no test filter is given (CI runs it);
+//! Then the kernel matrix (`cargo xtask vm`, every kernel, on the dist binary
+//! when built, else the release binary the tests built): its checks count in
+//! the closing summary and a failed one fails the run. It runs when no test filter is given (CI runs it);
 //! HYSTALL_VM=0 skips it, HYSTALL_VM=1 runs it even with a filter, and
 //! HYSTALL_VM=6.12,host runs those kernels only. In CI a
 //! matrix that cannot run (no root, no qemu) fails the run; elsewhere it says
@@ -21,16 +21,45 @@
 //! when not root. The test output is passed through while the `test result:` lines
 //! are added up into one closing summary line.
 //!
-//! A full run (no ARGS, as CI's) then builds the artifacts of `cargo xtask dist`
-//! and checks them (`dist::test_step`); their PASS/FAIL lines count in the summary.
+//! A full run (no ARGS, as CI's) also builds the artifacts of `cargo xtask dist`
+//! and checks them after the tests (`dist::start_test_build`); their PASS/FAIL
+//! lines count in the summary.
+//!
+//! What runs beside the tests. The tests are compiled first, alone, as a step
+//! of its own (`cargo test ... --no-run`: a build error stops the run there).
+//! Then, while they run (their servers and clients mostly sleep on timers,
+//! leaving the CPU idle), two other xtask processes work at SCHED_IDLE
+//! priority (`chrt --idle 0`, else `nice -n 19`; I/O in the idle class), each
+//! with its output in a file under target/ rather than among the tests' lines
+//! (crate::background):
+//!
+//! - the dist build (`cargo xtask dist-build`, output in target/dist-build.log),
+//!   in its own cargo target folder, target/dist-build, so that cargo's lock
+//!   of a folder it builds in never makes the tests' own cargo (the retry of a
+//!   failed test) wait for it; waited for and checked after the tests and
+//!   their retries, its failure printing the end of its log;
+//! - the matrix's kernels, when the matrix is to run (as root): downloaded and
+//!   unpacked into ~/.cache/hystall-kernels (`cargo xtask vm-fetch`, output in
+//!   target/vm-fetch.log; nothing to do when they are cached), waited for
+//!   before the matrix, whose own fetch then finds them (and, should the
+//!   background one have failed, tries again and says why).
+//!
+//! They take no CPU time the tests want, so their timers and latencies are as
+//! when run alone: a SCHED_IDLE task weighs 3 against a normal one's 1024 and
+//! any normal task that wakes preempts it at once (what is still shared is
+//! memory, caches and the disk, the last in the idle I/O class). Each job is
+//! its own process group, killed whole when the run stops early (an error: the
+//! job's `Background` is dropped; a signal: the job sees its stdin pipe close).
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 
+use crate::background::Background;
+use crate::vm::{self, Kernel};
 use crate::{setup, sh};
 
 #[derive(Default)]
@@ -174,10 +203,8 @@ fn retry(suite: &str, names: &[String]) -> anyhow::Result<bool> {
     Ok(cmd.status().context("cannot start cargo test")?.success())
 }
 
-pub fn test(args: &[String]) -> anyhow::Result<()> {
-    let started = Instant::now();
-    setup::setup(setup::Verbosity::Quiet, setup::Scope::All)?;
-
+/// `cargo test --release --no-fail-fast [--workspace] ARGS`, RUST_BACKTRACE=1.
+fn cargo_test(args: &[String]) -> Command {
     let mut cmd = sh::cargo();
     cmd.args(["test", "--release", "--no-fail-fast"]);
     // `-p NAME` picks packages itself; otherwise test the whole workspace.
@@ -186,8 +213,32 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
         cmd.arg("--workspace");
     }
     cmd.args(args).env("RUST_BACKTRACE", "1");
-    println!("$ {}", sh::display(&cmd));
+    cmd
+}
 
+pub fn test(args: &[String]) -> anyhow::Result<()> {
+    let started = Instant::now();
+    setup::setup(setup::Verbosity::Quiet, setup::Scope::All)?;
+
+    let dist_plan = crate::dist::test_builds(args);
+    let prefetch = matrix_kernels(args).and_then(Result::ok).filter(|_| sh::is_root()).map(|k| vm::guests(&k));
+    let prefetch = prefetch.filter(|guests| !guests.is_empty());
+    if dist_plan.is_ok() || prefetch.is_some() {
+        // The tests are compiled first, alone (the background jobs would slow
+        // that down), as a step of its own: a build error stops here, clearly.
+        let cargo_args: Vec<String> = args.iter().take_while(|a| *a != "--").cloned().collect();
+        let mut build = cargo_test(&cargo_args);
+        build.arg("--no-run");
+        sh::run(&mut build).context("the tests do not build")?;
+    }
+    // Beside the tests, at idle priority (crate::background): the dist build,
+    // and the matrix's kernels. Dropped unfinished (an early error), each is
+    // killed.
+    let dist_build = dist_plan.is_ok().then(crate::dist::start_test_build);
+    let prefetch = prefetch.and_then(|guests| start_prefetch(&guests));
+
+    let mut cmd = cargo_test(args);
+    println!("$ {}", sh::display(&cmd));
     let mut child = cmd.stdout(Stdio::piped()).spawn().context("cannot start cargo test")?;
     let mut totals = Totals::default();
     let mut digest = Digest::default();
@@ -204,9 +255,30 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     }
     drop(out);
     let status = child.wait()?;
-    // The install artifacts (`cargo xtask dist`), built and checked on full runs:
-    // their PASS/FAIL lines count as tests in the summary.
-    let dist = crate::dist::test_step(args);
+    // Failed once, passed alone: flaky, said by name; the run passes.
+    let mut flaky = Vec::new();
+    let mut passed = status.success();
+    if !passed && let Some(suites) = failures.retriable(&integration_sources()) {
+        println!("xtask test: running the {} failed test(s) once more, alone", failures.failed.len());
+        passed = true;
+        for (suite, names) in &suites {
+            if retry(suite, names)? {
+                flaky.extend(names.iter().map(|n| format!("{suite}::{n}")));
+            } else {
+                passed = false;
+            }
+        }
+    }
+    // The install artifacts (`cargo xtask dist`), built beside the tests on
+    // full runs, checked now: their PASS/FAIL lines count as tests in the summary.
+    let dist = match (dist_build, dist_plan) {
+        (Some(build), _) => Some(build.finish()),
+        (None, Err(why)) => {
+            println!("{why}");
+            None
+        }
+        (None, Ok(())) => None,
+    };
     let dist_failed = dist.as_ref().is_some_and(|d| d.failed > 0);
     if let Some(d) = &dist {
         totals.suites += 1;
@@ -224,25 +296,11 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
         }
         bail!("cargo test failed before any test ran ({status}, {secs}s)");
     }
-    // Failed once, passed alone: flaky, said by name; the run passes.
-    let mut flaky = Vec::new();
-    let mut passed = status.success();
-    if !passed && let Some(suites) = failures.retriable(&integration_sources()) {
-        println!("xtask test: running the {} failed test(s) once more, alone", failures.failed.len());
-        passed = true;
-        for (suite, names) in &suites {
-            if retry(suite, names)? {
-                flaky.extend(names.iter().map(|n| format!("{suite}::{n}")));
-            } else {
-                passed = false;
-            }
-        }
-    }
     passed &= !dist_failed;
     // The matrix runs what a node installs: the static binary just built and
     // checked by the dist step (the release build when that step did not run).
     let artifact = dist.as_ref().and_then(|d| d.binary.clone()).filter(|b| b.is_file());
-    let vm = kernel_matrix(args, artifact, &mut totals, &mut digest);
+    let vm = kernel_matrix(args, artifact, prefetch, &mut totals, &mut digest);
     let secs = started.elapsed().as_secs();
     let tests_passed = passed;
     let passed = passed && vm;
@@ -265,32 +323,65 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The kernels the matrix is to run (empty: all), from HYSTALL_VM and
+/// whether a test filter is given: None when it does not run, Err (the
+/// line to print) for a list that does not parse.
+fn matrix_kernels(args: &[String]) -> Option<Result<Vec<Kernel>, String>> {
+    match std::env::var("HYSTALL_VM").as_deref() {
+        Ok("0") => None,
+        Ok("1") => Some(Ok(Vec::new())),
+        // A list of kernels: those only, even with a filter.
+        Ok(list) if !list.is_empty() => Some(
+            list.split(',')
+                .map(|k| k.trim().parse::<Kernel>().map_err(|e| format!("xtask test: HYSTALL_VM={list}: {e}")))
+                .collect(),
+        ),
+        // A filtered run is someone after a few tests, not the matrix.
+        _ if !args.is_empty() => None,
+        _ => Some(Ok(Vec::new())),
+    }
+}
+
+/// Fetches the matrix's guest kernels (`cargo xtask vm-fetch`) beside the
+/// tests; None when it cannot start (the matrix then fetches them itself).
+fn start_prefetch(guests: &[Kernel]) -> Option<Background> {
+    let mut args = vec!["vm-fetch"];
+    for k in guests {
+        args.extend(["--kernel", k.label()]);
+    }
+    Background::start("vm", &args, &sh::target_dir().join("vm-fetch.log"))
+        .map_err(|e| println!("vm: cannot fetch the kernels beside the tests ({e:#}); the matrix will"))
+        .ok()
+}
+
 /// The kernel matrix after the tests, its checks added to `totals`; false
 /// when it failed (a check, or, in CI, not being able to run at all).
-fn kernel_matrix(args: &[String], bin: Option<PathBuf>, totals: &mut Totals, digest: &mut Digest) -> bool {
-    let mut matrix_args = crate::vm::Args { bin, ..Default::default() };
-    match std::env::var("HYSTALL_VM").as_deref() {
-        Ok("0") => return true,
-        Ok("1") => {}
-        // A list of kernels: those only, even with a filter.
-        Ok(list) if !list.is_empty() => {
-            for k in list.split(',') {
-                match k.trim().parse() {
-                    Ok(k) => matrix_args.kernels.push(k),
-                    Err(e) => {
-                        println!("xtask test: HYSTALL_VM={list}: {e}");
-                        totals.failed += 1;
-                        return false;
-                    }
-                }
-            }
+/// `prefetch`, the fetch of its kernels begun with the tests, is waited for
+/// first: the matrix's own fetch uses the same cache.
+fn kernel_matrix(
+    args: &[String],
+    bin: Option<PathBuf>,
+    prefetch: Option<Background>,
+    totals: &mut Totals,
+    digest: &mut Digest,
+) -> bool {
+    let kernels = match matrix_kernels(args) {
+        None => return true,
+        Some(Err(line)) => {
+            println!("{line}");
+            totals.failed += 1;
+            return false;
         }
-        // A filtered run is someone after a few tests, not the matrix.
-        _ if !args.is_empty() => return true,
-        _ => {}
-    }
+        Some(Ok(kernels)) => kernels,
+    };
+    let matrix_args = crate::vm::Args { bin, kernels, ..Default::default() };
     println!();
     println!("xtask test: the kernel matrix (cargo xtask vm; HYSTALL_VM=0 skips it)");
+    if let Some(p) = prefetch
+        && p.finish().is_err()
+    {
+        println!("vm: the matrix fetches the kernels itself (and says why one cannot be had)");
+    }
     let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
     match crate::vm::matrix(&matrix_args) {
         Ok(o) => {

@@ -19,6 +19,12 @@
 //! `--target` keeps build scripts and proc-macros on the host target, so
 //! hystall's build.rs still builds the eBPF object with aya-build (it passes its
 //! own `--target bpfel-unknown-none` and flags to its inner cargo).
+//!
+//! In its own target folder, target/dist-build (`super::build_dir`): a full
+//! `cargo xtask test` builds it while its tests run, and cargo locks a target
+//! folder while it builds in it (with `--target`, the host's `release` folder
+//! too, where build scripts and proc-macros go), so that in the shared one the
+//! tests' own cargo (the retry of a failed test) would wait for this build.
 
 use std::path::PathBuf;
 
@@ -29,10 +35,12 @@ pub const TARGET: &str = "x86_64-unknown-linux-musl";
 /// Builds the binary; its path in cargo's target folder.
 pub fn build() -> anyhow::Result<PathBuf> {
     println!("dist: static binary for {TARGET}");
-    sh::run(sh::cargo().args(["rustc", "--release", "-p", "hystall", "--bin", "hystall", "--target", TARGET]).args([
-        "--",
-        "-C",
-        "relocation-model=static",
-    ]))?;
-    Ok(sh::target_dir().join(TARGET).join("release").join("hystall"))
+    let dir = super::build_dir();
+    sh::run(
+        sh::cargo()
+            .args(["rustc", "--release", "-p", "hystall", "--bin", "hystall", "--target", TARGET, "--target-dir"])
+            .arg(&dir)
+            .args(["--", "-C", "relocation-model=static"]),
+    )?;
+    Ok(dir.join(TARGET).join("release").join("hystall"))
 }

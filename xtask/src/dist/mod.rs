@@ -7,6 +7,12 @@
 //! - `SHA256SUMS` of both (`sha256sum -c SHA256SUMS` there).
 //!
 //! Then it checks them (`check.rs`), as a full `cargo xtask test` does.
+//!
+//! A full `cargo xtask test` builds them while its tests run (`start_test_build`:
+//! the hidden `cargo xtask dist-build`, at SCHED_IDLE priority, so that it takes
+//! only the CPU the tests leave idle; crate::background), in cargo's own folder
+//! target/dist-build (`build_dir`), and checks them after the tests
+//! (`TestBuild::finish`). The artifacts go to target/dist/ either way.
 
 mod binary;
 mod check;
@@ -18,6 +24,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 
+use crate::background::Background;
 use crate::{setup, sh};
 
 pub use binary::TARGET;
@@ -62,33 +69,62 @@ pub fn dist() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The step of a full `cargo xtask test` (CI's): builds the artifacts and
-/// checks them; its PASS/FAIL lines count in the closing summary. A filtered
-/// run (any ARGS) does not build them. None when not run.
-pub fn test_step(args: &[String]) -> Option<Report> {
+/// Cargo's target folder for the static build (binary.rs says why its own).
+pub fn build_dir() -> PathBuf {
+    sh::target_dir().join("dist-build")
+}
+
+/// `cargo xtask dist-build` (hidden): builds the artifacts, no set-up, no
+/// checks; what a full `cargo xtask test` runs beside its tests, having set up.
+pub fn build_only() -> anyhow::Result<()> {
+    let started = Instant::now();
+    build()?;
+    println!("dist: built in {}s", started.elapsed().as_secs());
+    Ok(())
+}
+
+/// Whether a `cargo xtask test` with these ARGS builds and checks the
+/// artifacts (CI's full run does): Err(the line that says why not). A
+/// filtered run (any ARGS) does not.
+pub fn test_builds(args: &[String]) -> Result<(), &'static str> {
     if !args.is_empty() {
-        println!("dist: not built (a filtered run; a full `cargo xtask test` builds and checks it)");
-        return None;
+        return Err("dist: not built (a filtered run; a full `cargo xtask test` builds and checks it)");
     }
     if std::env::var_os("HYSTALL_SKIP_DIST").is_some_and(|v| !v.is_empty()) {
-        println!("dist: skipped (HYSTALL_SKIP_DIST is set)");
-        return None;
+        return Err("dist: skipped (HYSTALL_SKIP_DIST is set)");
     }
-    println!("\ndist: building the install artifacts (as `cargo xtask dist` does) to check them");
-    let started = Instant::now();
-    let report = match build() {
-        Ok(artifacts) => {
-            println!("dist: built in {}s", started.elapsed().as_secs());
-            check::check(&artifacts)
-        }
-        Err(e) => {
-            let mut report = Report::default();
-            report.record("build (`cargo xtask dist`)", Err(e));
-            report
-        }
-    };
-    println!("dist: {} passed, {} failed, {} skipped", report.passed, report.failed, report.skipped);
-    Some(report)
+    Ok(())
+}
+
+/// The dist step of a full `cargo xtask test`, under way: its build runs
+/// beside the tests (`cargo xtask dist-build`, at idle priority, output to
+/// target/dist-build.log); `finish` then checks the artifacts.
+pub struct TestBuild {
+    job: anyhow::Result<Background>,
+}
+
+/// Starts the build (once the tests are compiled: it would slow that down).
+pub fn start_test_build() -> TestBuild {
+    let log = sh::target_dir().join("dist-build.log");
+    TestBuild { job: Background::start("dist", &["dist-build"], &log) }
+}
+
+impl TestBuild {
+    /// Waits for the build, then checks the artifacts; the PASS/FAIL lines
+    /// count in the closing summary.
+    pub fn finish(self) -> Report {
+        println!("\ndist: the install artifacts (built as `cargo xtask dist` does, beside the tests): checking them");
+        let report = match self.job.and_then(Background::finish) {
+            Ok(()) => check::check(&Artifacts::new()),
+            Err(e) => {
+                let mut report = Report::default();
+                report.record("build (`cargo xtask dist`)", Err(e));
+                report
+            }
+        };
+        println!("dist: {} passed, {} failed, {} skipped", report.passed, report.failed, report.skipped);
+        report
+    }
 }
 
 fn build() -> anyhow::Result<Artifacts> {

@@ -9,6 +9,11 @@
 //! - checks.rs: judging what the checks left (`watch --json` events).
 //! - report.rs: the lines and the tables.
 //! - xtask/vm/: the scripts that run in the guest (embedded at build time).
+//!
+//! A `cargo xtask test` that will run the matrix fetches its kernels while its
+//! tests run (`fetch_only`, as the hidden `cargo xtask vm-fetch`, at SCHED_IDLE
+//! priority: crate::background), and waits for that before the matrix, whose
+//! own fetch then finds them in the cache.
 
 mod checks;
 mod guest;
@@ -143,6 +148,40 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
     let failed = rows.iter().flat_map(|r| &r.checks).filter(|c| !c.pass).count() as u64;
     let failures = rows.iter().flat_map(report::failure_lines).collect();
     Ok(Outcome { passed, failed, failures })
+}
+
+/// The kernels booted under qemu when `kernels` are asked for (all when
+/// none), each once.
+pub fn guests(kernels: &[Kernel]) -> Vec<Kernel> {
+    let asked = if kernels.is_empty() { &Kernel::ALL[..] } else { kernels };
+    let mut guests = Vec::new();
+    for k in asked {
+        if *k != Kernel::Host && !guests.contains(k) {
+            guests.push(*k);
+        }
+    }
+    guests
+}
+
+/// `cargo xtask vm-fetch --kernel K...` (hidden): downloads and unpacks those
+/// kernels into the cache (`kernels::fetch`, the matrix's first step), no
+/// set-up; Err when one could not be had (the matrix then tries again, and
+/// says why).
+pub fn fetch_only(kernels: &[Kernel]) -> anyhow::Result<()> {
+    let mut failed = Vec::new();
+    for k in guests(kernels) {
+        match kernels::fetch(k) {
+            Ok(u) => println!("vm: {k}: {} ({}) is in {}", u.package, u.release, u.root.display()),
+            Err(e) => {
+                println!("vm: {k}: cannot fetch it: {e:#}");
+                failed.push(k.label());
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("cannot fetch {}", failed.join(", "));
+    }
+    Ok(())
 }
 
 /// Guests run at once: HYSTALL_VM_JOBS, else 2 where single-threaded TCG
