@@ -196,6 +196,17 @@ impl<'a> Problem<'a> {
             if seen[i].is_empty() {
                 // No assignment obeys the rules: nothing can be said.
                 tracing::debug!(?group, "attribution: no assignment obeys the rules");
+                for slot in &s.slots {
+                    let carried = slot.series.series.at(self.now).saturating_sub(slot.series.series.at(slot.from));
+                    tracing::debug!(
+                        carried,
+                        into = slot.into,
+                        n = slot.n,
+                        unexplained = unexplained(slot.series, slot.n, slot.into, slot.from, self.now, self.windows),
+                        datagrams = slot.series.datagrams,
+                        "attribution: a slot of that group, all its possible targets given to it"
+                    );
+                }
                 return Some(Vec::new());
             }
         }
