@@ -1,6 +1,6 @@
 //! Root soak test ("running on a fleet"): `hystall lab churn` makes thousands of
 //! short QUIC connections (a new UDP socket and a new target TCP connection
-//! each) for 100 s (`HYSTALL_SOAK_SECS`: the documented run is 150 s) while
+//! each) for 70 s (`HYSTALL_SOAK_SECS`: the documented run is 150 s) while
 //! `hystall watch --metrics` watches it. Every 10 s the
 //! watcher's RSS and its metrics (kernel map occupancy, its own tables, live
 //! connections and target sockets, lost events) are sampled and printed as a
@@ -17,7 +17,7 @@ use common::scrape::scrape;
 use common::{Proc, root_or_skip};
 
 /// How long the churn runs in CI; `HYSTALL_SOAK_SECS` for longer soaks.
-const CHURN_SECS_CI: u64 = 100;
+const CHURN_SECS_CI: u64 = 70;
 const PARALLEL: &str = "16";
 const QUIC_IDLE: &str = "5";
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);

@@ -97,10 +97,7 @@ pub fn took_between(t: &Target, from: Mono, now: Mono) -> u64 {
 pub fn unexplained(c: &ConnSeries, n: usize, into: u64, from: Mono, now: Mono, w: Windows) -> u64 {
     let carried = c.series.at(now).saturating_sub(c.series.at(from));
     let unread = w.conn.min(w.stream.saturating_mul(n as u64));
-    let allowed = unread
-        + (carried as f64 * FRAMING_MAX) as u64
-        + c.datagrams
-        + c.unseen
-        + MARK_BYTES * (n + c.per_cpu.len().max(1)) as u64;
+    let allowed =
+        unread + (carried as f64 * FRAMING_MAX) as u64 + c.datagrams + MARK_BYTES * (n + c.per_cpu.len().max(1)) as u64;
     carried.saturating_sub(into).saturating_sub(allowed)
 }

@@ -246,10 +246,6 @@ struct ConnSeries {
     /// Client bytes in packets that are not full-size (datagrams, mostly):
     /// not explained by targets.
     datagrams: u64,
-    /// What targets of its process that the deduction leaves out for now
-    /// took (`solve`): it may have fed them, so its rule allows that much
-    /// unexplained.
-    unseen: u64,
 }
 
 impl ConnSeries {
@@ -261,7 +257,6 @@ impl ConnSeries {
             last_mark: Mono::ZERO,
             known_from: None,
             datagrams: 0,
-            unseen: 0,
         }
     }
 
@@ -358,7 +353,7 @@ impl Attribution {
         let carried = cs.series.at(now).saturating_sub(cs.series.at(from));
         let into: u64 = set.iter().map(|t| fit::took(t, now).saturating_sub(fit::took(t, from))).sum();
         let framing = (carried as f64 * fit::FRAMING_MAX) as u64;
-        carried.saturating_sub(into).saturating_sub(framing + cs.datagrams + cs.unseen) >= self.cfg.conn_window
+        carried.saturating_sub(into).saturating_sub(framing + cs.datagrams) >= self.cfg.conn_window
     }
 
     /// Targets followed, and connection series kept (for the tables' gauges).
@@ -642,26 +637,6 @@ impl Attribution {
         }
         if open.is_empty() {
             return;
-        }
-        // Targets waiting for the poll that says who could have opened them
-        // are left out of the problem, but took bytes a connection of their
-        // process carried: each such connection's rule allows for them (a
-        // stalled target takes 4 MiB within milliseconds of its connect;
-        // without this, its connection's bytes looked unexplained for that
-        // moment and could force a wrong tie).
-        let mut unplaced: HashMap<u32, u64> = HashMap::new();
-        for t in self.targets.values() {
-            if t.connect.is_some() && t.at_connect.is_none() && t.closed.is_none() && t.link.is_none() {
-                *unplaced.entry(t.pid).or_default() += fit::took(t, now);
-            }
-        }
-        let anyone = unplaced.get(&0).copied().unwrap_or(0);
-        let all: u64 = unplaced.values().sum();
-        for (id, cs) in self.conns.iter_mut() {
-            cs.unseen = match conns.get(*id).and_then(owner_of) {
-                Some(pid) if pid != 0 => anyone + unplaced.get(&pid).copied().unwrap_or(0),
-                _ => all,
-            };
         }
         self.aborted.retain(|_, at| now.since(*at) < SEARCH_BACKOFF);
         self.floored.retain(|_, at| now.since(*at) < SEARCH_BACKOFF);
