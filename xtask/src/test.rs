@@ -221,7 +221,8 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     setup::setup(setup::Verbosity::Quiet, setup::Scope::All)?;
 
     let dist_plan = crate::dist::test_builds(args);
-    let prefetch = matrix_kernels(args).and_then(Result::ok).filter(|_| sh::is_root()).map(|k| vm::guests(&k));
+    let matrix = matrix_kernels(args);
+    let prefetch = matrix.as_ref().and_then(|m| m.as_ref().ok()).filter(|_| sh::is_root()).map(|k| vm::guests(k));
     let prefetch = prefetch.filter(|guests| !guests.is_empty());
     if dist_plan.is_ok() || prefetch.is_some() {
         // The tests are compiled first, alone (the background jobs would slow
@@ -300,7 +301,7 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     // The matrix runs what a node installs: the static binary just built and
     // checked by the dist step (the release build when that step did not run).
     let artifact = dist.as_ref().and_then(|d| d.binary.clone()).filter(|b| b.is_file());
-    let vm = kernel_matrix(args, artifact, prefetch, &mut totals, &mut digest);
+    let vm = kernel_matrix(matrix, artifact, prefetch, &mut totals, &mut digest);
     let secs = started.elapsed().as_secs();
     let tests_passed = passed;
     let passed = passed && vm;
@@ -354,18 +355,19 @@ fn start_prefetch(guests: &[Kernel]) -> Option<Background> {
         .ok()
 }
 
-/// The kernel matrix after the tests, its checks added to `totals`; false
+/// The kernel matrix after the tests (`matrix`: its kernels, as
+/// `matrix_kernels` gives them), its checks added to `totals`; false
 /// when it failed (a check, or, in CI, not being able to run at all).
 /// `prefetch`, the fetch of its kernels begun with the tests, is waited for
 /// first: the matrix's own fetch uses the same cache.
 fn kernel_matrix(
-    args: &[String],
+    matrix: Option<Result<Vec<Kernel>, String>>,
     bin: Option<PathBuf>,
     prefetch: Option<Background>,
     totals: &mut Totals,
     digest: &mut Digest,
 ) -> bool {
-    let kernels = match matrix_kernels(args) {
+    let kernels = match matrix {
         None => return true,
         Some(Err(line)) => {
             println!("{line}");

@@ -70,15 +70,7 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
     let bin = binary(args.bin.as_deref())?;
     // The check fails (saying why) rather than the whole matrix.
     let sing_box = setup::sing_box_binary().map_err(|e| println!("vm: no sing-box ({e:#}): its check will fail")).ok();
-    let mut kernels = if args.kernels.is_empty() { Kernel::ALL.to_vec() } else { args.kernels.clone() };
-    // Each kernel once: two runs of one would share its folder.
-    let mut seen = Vec::new();
-    kernels.retain(|k| {
-        !seen.contains(k) && {
-            seen.push(*k);
-            true
-        }
-    });
+    let kernels = asked(&args.kernels);
     let logs = match &args.keep_logs {
         Some(dir) => dir.clone(),
         None => sh::target_dir().join("vm-logs"),
@@ -93,7 +85,7 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
     // Guests first, `jobs()` at a time (each TCG guest is one host thread),
     // their kernels fetched one at a time before (apt); the host's run
     // after, alone (its checks time the machine itself).
-    let guests: Vec<Kernel> = kernels.iter().copied().filter(|k| *k != Kernel::Host).collect();
+    let guests = guests(&kernels);
     let mut queue: std::collections::VecDeque<(Kernel, anyhow::Result<kernels::Unpacked>)> =
         guests.iter().map(|&k| (k, kernels::fetch(k))).collect();
     let queue = std::sync::Mutex::new(std::mem::take(&mut queue));
@@ -150,17 +142,23 @@ pub fn matrix(args: &Args) -> anyhow::Result<Outcome> {
     Ok(Outcome { passed, failed, failures })
 }
 
+/// The kernels run when `kernels` are asked for (all when none), each once:
+/// two runs of one would share its folder.
+fn asked(kernels: &[Kernel]) -> Vec<Kernel> {
+    let from = if kernels.is_empty() { &Kernel::ALL[..] } else { kernels };
+    let mut out = Vec::new();
+    for k in from {
+        if !out.contains(k) {
+            out.push(*k);
+        }
+    }
+    out
+}
+
 /// The kernels booted under qemu when `kernels` are asked for (all when
 /// none), each once.
 pub fn guests(kernels: &[Kernel]) -> Vec<Kernel> {
-    let asked = if kernels.is_empty() { &Kernel::ALL[..] } else { kernels };
-    let mut guests = Vec::new();
-    for k in asked {
-        if *k != Kernel::Host && !guests.contains(k) {
-            guests.push(*k);
-        }
-    }
-    guests
+    asked(kernels).into_iter().filter(|k| *k != Kernel::Host).collect()
 }
 
 /// `cargo xtask vm-fetch --kernel K...` (hidden): downloads and unpacks those
