@@ -41,38 +41,56 @@ pub fn checkpoints(t: &Target, out: &mut Vec<Mono>) {
     }
 }
 
-/// How long before a target's connect the bytes it takes may have arrived:
-/// a client sends its request and the upload behind it at once, and the
-/// server holds them in the stream's buffer until its dial completes (the
-/// connect rule's window: the request arrives within it). With many clients
-/// starting together on a loaded node the dial comes milliseconds late, and
-/// counting from the connect itself ruled out every assignment, the true
-/// one included.
+/// How long before a target's connect the bytes it takes were counted
+/// from until 2026-12-07: a client sends its request and the upload behind
+/// it at once, and the server holds them in the stream's buffer until its
+/// dial completes. It is not a bound: with eight clients starting together
+/// on two loaded cores a dial came more than 300 ms after its bytes (a
+/// target took 1.06 MB within 83 ms of its connect while its connection
+/// had carried 778 KB since 300 ms before it), the true connection broke
+/// the rule, and the target was tied to another client's. What bounds it
+/// is the stream's receive window: `carried` allows each target up to a
+/// stream window (and a set the connection window) of bytes carried
+/// before this, as far as the connection carried them.
 pub const LEAD: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Whether connection `c` can have carried the bytes of all of `set`: for
 /// each target's start, the targets that started then or later took no more
-/// than the connection carried since `LEAD` before it (a target takes
-/// nothing before its connect, so bytes carried before that went elsewhere).
-pub fn carried(c: &ConnSeries, set: &[&Target]) -> bool {
+/// than the connection carried since `LEAD` before it, plus what it carried
+/// earlier that their streams can have held waiting for the dial (at most a
+/// stream window each, the connection window in all).
+pub fn carried(c: &ConnSeries, set: &[&Target], w: Windows) -> bool {
+    carried_fails(c, set, w).is_none()
+}
+
+/// Where `carried` fails, the first (from, at, need, have) found: the
+/// targets started at or after `from` needed `need` bytes by `at` and the
+/// connection can have given them `have` (the debug log's).
+pub fn carried_fails(c: &ConnSeries, set: &[&Target], w: Windows) -> Option<(Mono, Mono, u64, u64)> {
     let slack_for = |n: usize| MARK_BYTES * (n + c.per_cpu.len().max(1)) as u64;
     let mut starts: Vec<Mono> = set.iter().map(|t| t.start).collect();
     starts.sort_unstable();
     starts.dedup();
     let mut times = Vec::with_capacity(set.len() * 4);
-    starts.iter().all(|&from| {
+    for from in starts {
         let later: Vec<&&Target> = set.iter().filter(|t| t.start >= from).collect();
-        let base = c.series.at(Mono(from.0.saturating_sub(LEAD.as_nanos() as u64)));
+        let lead = c.series.at(Mono(from.0.saturating_sub(LEAD.as_nanos() as u64)));
+        let held = w.conn.min(w.stream.saturating_mul(later.len() as u64));
+        let base = lead.saturating_sub(held);
         times.clear();
         for t in &later {
             checkpoints(t, &mut times);
         }
         let slack = slack_for(later.len());
-        times.iter().all(|&at| {
+        for &at in &times {
             let need: u64 = later.iter().map(|t| took(t, at)).sum();
-            need <= c.series.at(at).saturating_sub(base) + slack
-        })
-    })
+            let have = c.series.at(at).saturating_sub(base);
+            if need > have + slack {
+                return Some((from, at, need, have));
+            }
+        }
+    }
+    None
 }
 
 /// The windows that bound what a connection can hold unread.
