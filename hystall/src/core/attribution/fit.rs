@@ -105,6 +105,26 @@ pub fn took_between(t: &Target, from: Mono, now: Mono) -> u64 {
     took(t, now).saturating_sub(took(t, from))
 }
 
+/// The moments the explained rule is checked at by the loose floors: now
+/// and a few of the connection's own marks since `from`, its last one
+/// included (a starved connection's last: when its window filled). The
+/// rule holds at every moment; targets that keep taking (slow ones) can
+/// explain any connection's bytes by now, not by the moment it went quiet.
+pub fn moments(c: &ConnSeries, from: Mono, now: Mono) -> Vec<Mono> {
+    let len = c.series.len();
+    let mut out = vec![now];
+    for q in [len / 4, len / 2, 3 * len / 4, len.saturating_sub(1)] {
+        if let Some((at, _)) = c.series.point(q)
+            && at > from
+            && at < now
+            && !out.contains(&at)
+        {
+            out.push(at);
+        }
+    }
+    out
+}
+
 /// How many bytes `c` carried since `from` that its targets leave
 /// unexplained beyond what framing, datagrams and its receive windows allow
 /// (at most a stream window per stream, and the connection window in all);

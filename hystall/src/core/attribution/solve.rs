@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::fit::{carried, took_between, unexplained};
+use super::fit::{carried, moments, took_between, unexplained};
 use super::{ConnSeries, Map, Target};
 use crate::core::time::Mono;
 
@@ -296,29 +296,42 @@ impl<'a> Problem<'a> {
         for conn in conns {
             let Some(series) = self.conns.get(&conn) else { continue };
             let Some(from) = series.known_from else { continue };
-            let took = |t: &u64| self.targets.get(t).map_or(0, |t| took_between(t, from, self.now));
             let may = |t: &&u64| self.open[*t].contains(&conn);
             let linked = self.set_of(conn, &[]);
             let free: Vec<u64> = group.iter().filter(may).filter(|t| !self.counted.contains(t)).copied().collect();
             let mut mine: Vec<u64> = counted.iter().filter(may).copied().collect();
-            mine.sort_by_key(|t| std::cmp::Reverse(took(t)));
-            let base: u64 = linked.iter().map(|t| took_between(t, from, self.now)).sum::<u64>()
-                + free.iter().map(took).sum::<u64>();
             let n = linked.len() + free.len();
-            let explained = |k: usize| {
-                let into = base + mine[..k].iter().map(took).sum::<u64>();
-                unexplained(series, n + k, into, from, self.now, self.windows) == 0
-            };
-            tracing::debug!(
-                conn,
-                carried = series.series.at(self.now).saturating_sub(series.series.at(from)),
-                free = ?free.iter().map(|t| (*t, took(t))).collect::<Vec<_>>(),
-                mine = ?mine.iter().map(|t| (*t, took(t))).collect::<Vec<_>>(),
-                base,
-                "attribution: loose floor of"
-            );
-            // No k explains it: its bytes went elsewhere; nothing is said.
-            let Some(at_least) = (0..=mine.len()).find(|&k| explained(k)) else { continue };
+            // The rule holds at every moment, not only now (`fit::moments`):
+            // at each, the counted targets that took the most by then go
+            // first; the floor is the most any moment needs (each is a lower
+            // bound alone).
+            let moments = moments(series, from, self.now);
+            let mut at_least = Some(0);
+            for &m in &moments {
+                let took = |t: &u64| self.targets.get(t).map_or(0, |t| took_between(t, from, m));
+                mine.sort_by_key(|t| std::cmp::Reverse(took(t)));
+                let base: u64 =
+                    linked.iter().map(|t| took_between(t, from, m)).sum::<u64>() + free.iter().map(took).sum::<u64>();
+                let explained = |k: usize| {
+                    let into = base + mine[..k].iter().map(took).sum::<u64>();
+                    unexplained(series, n + k, into, from, m, self.windows) == 0
+                };
+                tracing::debug!(
+                    conn,
+                    at = m.0,
+                    carried = series.series.at(m).saturating_sub(series.series.at(from)),
+                    free = ?free.iter().map(|t| (*t, took(t))).collect::<Vec<_>>(),
+                    mine = ?mine.iter().map(|t| (*t, took(t))).collect::<Vec<_>>(),
+                    base,
+                    "attribution: loose floor of"
+                );
+                // No k explains it: its bytes went elsewhere; nothing is said.
+                at_least = match (at_least, (0..=mine.len()).find(|&k| explained(k))) {
+                    (Some(a), Some(k)) => Some(a.max(k)),
+                    _ => None,
+                };
+            }
+            let Some(at_least) = at_least else { continue };
             if at_least == 0 {
                 continue;
             }
@@ -634,7 +647,7 @@ mod tests {
     /// with those placed before it on its connection), the explained rule on
     /// each connection that all its possible targets explain.
     fn by_enumeration(p: &Problem, group: &[u64]) -> Vec<(u64, u64)> {
-        let valid = valid_assignments(p, group);
+        let valid = valid_assignments(p, group, false);
         let mut seen: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); group.len()];
         for pick in &valid {
             for (s, c) in seen.iter_mut().zip(pick) {
@@ -654,7 +667,7 @@ mod tests {
         conns
             .into_iter()
             .filter_map(|c| {
-                let least = least_for(p, group, &counted, c)?;
+                let least = least_for(p, group, &counted, c, false)?;
                 (least > 0).then_some((c, least))
             })
             .collect()
@@ -664,22 +677,30 @@ mod tests {
     /// obeying the rules, in the order the search places them for it (the
     /// carried rule is checked on each prefix of a connection's targets);
     /// None when no assignment does.
-    fn least_for(p: &Problem, group: &[u64], counted: &[bool], c: u64) -> Option<usize> {
+    fn least_for(p: &Problem, group: &[u64], counted: &[bool], c: u64, at_moments: bool) -> Option<usize> {
         let order = p.floor_order(group, counted, c);
         let g: Vec<u64> = order.iter().map(|&i| group[i]).collect();
         let k: Vec<bool> = order.iter().map(|&i| counted[i]).collect();
-        valid_assignments(p, &g).iter().map(|pick| pick.iter().zip(&k).filter(|(x, k)| **x == c && **k).count()).min()
+        valid_assignments(p, &g, at_moments)
+            .iter()
+            .map(|pick| pick.iter().zip(&k).filter(|(x, k)| **x == c && **k).count())
+            .min()
     }
 
-    /// Every assignment (a connection per group target) obeying both rules.
-    fn valid_assignments(p: &Problem, group: &[u64]) -> Vec<Vec<u64>> {
+    /// Every assignment (a connection per group target) obeying both rules
+    /// (the explained rule now, as the search checks it, or `at_moments`
+    /// also at the moments the loose floors check it at).
+    fn valid_assignments(p: &Problem, group: &[u64], at_moments: bool) -> Vec<Vec<u64>> {
         let cands: Vec<&Vec<u64>> = group.iter().map(|t| &p.open[t]).collect();
         let explains = |c: u64, set: &[u64]| {
             let Some(series) = p.conns.get(&c) else { return true };
             let Some(from) = series.known_from else { return true };
             let all = p.set_of(c, set);
-            let into = all.iter().map(|t| took_between(t, from, p.now)).sum();
-            unexplained(series, all.len(), into, from, p.now, p.windows) == 0
+            let at = if at_moments { moments(series, from, p.now) } else { vec![p.now] };
+            at.iter().all(|&m| {
+                let into = all.iter().map(|t| took_between(t, from, m)).sum();
+                unexplained(series, all.len(), into, from, m, p.windows) == 0
+            })
         };
         let pruning: Vec<u64> = cands
             .iter()
@@ -719,6 +740,7 @@ mod tests {
         let mut forced = 0;
         let mut floored = 0;
         let mut loose = 0;
+        let mut earlier = 0;
         let mut capped = 0;
         for seed in 1..=3000u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -758,18 +780,24 @@ mod tests {
             floored += expect.len();
             assert_eq!(floors, expect, "seed {seed}");
             // The loose floors (groups too large to search) never claim
-            // more than every assignment gives.
+            // more than every assignment gives that obeys the rules at the
+            // moments they check.
             let all: Vec<bool> = group.iter().map(|t| counted.contains(t)).collect();
             for f in p.loose_floors(&group) {
-                if let Some(e) = least_for(&p, &group, &all, f.conn) {
+                if let Some(e) = least_for(&p, &group, &all, f.conn, true) {
                     assert!(f.at_least <= e, "seed {seed}: loose {} > exact {e} for conn {}", f.at_least, f.conn);
                     loose += 1;
+                    // An earlier moment needed more than now does.
+                    if least_for(&p, &group, &all, f.conn, false).is_some_and(|now| f.at_least > now) {
+                        earlier += 1;
+                    }
                 }
             }
         }
         assert!(forced > 100, "the cases force something often enough to test ({forced})");
         assert!(floored > 0, "the cases give floors ({floored})");
         assert!(loose > 0, "the cases give loose floors ({loose})");
+        assert!(earlier > 0, "the cases have loose floors an earlier moment raised ({earlier})");
         assert!(capped > 500, "the cases cap connections ({capped})");
     }
 }
