@@ -164,14 +164,20 @@ pub mod counter {
     /// Moved-flow names lost (`MOVED` ring full): user space reads the whole
     /// flow map next instead of only what moved.
     pub const MOVED_LOST: u32 = 10;
+    /// Process starts the exec tracepoint did not hand to user space: not of
+    /// the selection (`switch::EXEC_FILTER`).
+    pub const EXECS_SKIPPED: u32 = 11;
     /// Number of counters.
-    pub const LEN: u32 = 11;
+    pub const LEN: u32 = 12;
 }
 
 /// Sizes of the kernel maps (documented in docs/ARCHITECTURE.md).
 pub const MAX_SOCKS: u32 = 131_072;
 pub const MAX_PIDS: u32 = 1024;
 pub const MAX_INFLIGHT: u32 = 16_384;
+/// Names and pids the exec filter holds (`EXEC_COMMS`, `EXEC_PIDS`); a
+/// selection of more is not filtered in the kernel.
+pub const MAX_EXEC_SELECT: u32 = 64;
 
 /// Slots of the `SWITCHES` array, flipped by user space at run time.
 pub mod switch {
@@ -182,7 +188,11 @@ pub mod switch {
     /// its peer's window is zero and its send buffer is full, the state in
     /// which any write of its writer blocks (or fails with EAGAIN).
     pub const ZERO_WINDOW: u32 = 1;
-    pub const LEN: u32 = 2;
+    /// 1 once `EXEC_COMMS` and `EXEC_PIDS` hold the whole selection: only
+    /// the execs of those names and pids reach user space (0: every exec,
+    /// for a selection the kernel cannot decide, such as a cgroup's).
+    pub const EXEC_FILTER: u32 = 2;
+    pub const LEN: u32 = 3;
 }
 pub const EVENTS_RING_BYTES: u32 = 1 << 20;
 

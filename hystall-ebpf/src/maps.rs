@@ -10,8 +10,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use hystall_common::{
-    AF_INET, AF_INET6, EVENTS_RING_BYTES, FlowKey, InflightSend, MARKS_RING_BYTES, MAX_INFLIGHT, MAX_PIDS, MAX_SOCKS,
-    Mark, SendSyscalls, SockEvent, SockEventKind, SockOffsets, SockStats, TpOffsets, Tuple, counter, switch,
+    AF_INET, AF_INET6, COMM_LEN, EVENTS_RING_BYTES, FlowKey, InflightSend, MARKS_RING_BYTES, MAX_EXEC_SELECT,
+    MAX_INFLIGHT, MAX_PIDS, MAX_SOCKS, Mark, SendSyscalls, SockEvent, SockEventKind, SockOffsets, SockStats, TpOffsets,
+    Tuple, counter, switch,
 };
 
 /// Offsets in `struct sock`, from the running kernel's BTF.
@@ -36,6 +37,13 @@ static COOKIE_HELPER: u8 = 1;
 /// Monitored processes (tgid → 1).
 #[map]
 pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_PIDS, 0);
+/// The exec filter (`proc_exec.rs`, on with `switch::EXEC_FILTER`): the
+/// selection's names as the kernel keeps a comm (cut to 15 bytes,
+/// NUL-padded) and its explicit pids (tgid), → 1.
+#[map]
+pub static EXEC_COMMS: HashMap<[u8; COMM_LEN], u8> = HashMap::with_max_entries(MAX_EXEC_SELECT, 0);
+#[map]
+pub static EXEC_PIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_EXEC_SELECT, 0);
 /// Per-socket aggregates, keyed by socket cookie. LRU: a socket whose destroy we
 /// missed cannot pin an entry forever.
 #[map]
@@ -46,7 +54,8 @@ pub static SOCKS: LruHashMap<u64, SockStats> = LruHashMap::with_max_entries(MAX_
 pub static INFLIGHT: LruHashMap<u32, InflightSend> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
 /// Switches user space flips at run time (`hystall_common::switch`): [0] = 1
 /// while the syscall probes are attached (until then `INFLIGHT` is empty and
-/// sends skip its lookup); [1] = 1 when blocks are read from zero windows.
+/// sends skip its lookup); [1] = 1 when blocks are read from zero windows;
+/// [2] = 1 when only the selection's execs are handed over.
 #[map]
 pub static SWITCHES: Array<u32> = Array::with_max_entries(switch::LEN, 0);
 /// State-change events for user space.

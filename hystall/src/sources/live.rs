@@ -154,6 +154,12 @@ impl Live {
         let mut probes = Probes::load(&ProbeConfig { filter_pids: mode.filters(), decrypt: decrypt.is_some() })?;
         let pids = mode.resolve();
         probes.set_pids(&pids)?;
+        // Only the execs the selection can take wake us (`follow_execs`).
+        if let Some((comms, exec_pids)) = mode.exec_selection()
+            && let Err(e) = probes.filter_execs(&comms, &exec_pids)
+        {
+            tracing::info!("exec filter: {e}; every exec is looked at");
+        }
         let mut decrypt = match decrypt {
             Some(opts) => Some(super::decrypt::LiveDecrypt::start(&mut probes, opts)?),
             None => None,

@@ -133,6 +133,12 @@ pub fn encode(s: &Snapshot, up: bool) -> Result<String, std::fmt::Error> {
         c(counter::UDP_PACKETS),
     );
     count(&mut r, "kernel_unparsed_packets", "Packets the classifier could not parse", c(counter::UNPARSED));
+    count(
+        &mut r,
+        "kernel_execs_skipped",
+        "Process starts the kernel did not hand to hystall: not of the selection",
+        c(counter::EXECS_SKIPPED),
+    );
     gauges(
         &mut r,
         "probe_attached",

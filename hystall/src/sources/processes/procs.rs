@@ -5,6 +5,8 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
+use hystall_common::COMM_LEN;
+
 use super::fd_owners::FdOwners;
 
 /// Process names of QUIC proxy servers, for the default selection.
@@ -86,6 +88,26 @@ impl Mode {
         }
     }
 
+    /// What the kernel's exec filter hands over (`Probes::filter_execs`,
+    /// `proc_exec.rs`): the execs of the selection's names (as `comm_key`s)
+    /// and of its explicit pids — every exec `selects` can take. None when
+    /// the kernel cannot decide as `selects` does, so every exec goes to
+    /// user space: a cgroup selection (membership is read from /proc), a
+    /// name with U+FFFD (which `selects` matches against the lossy text of
+    /// a comm that is not UTF-8), or no selection at all.
+    pub fn exec_selection(&self) -> Option<(Vec<[u8; COMM_LEN]>, Vec<u32>)> {
+        let (pids, comms): (&[u32], &[String]) = match self {
+            Mode::Explicit { cgroups, .. } if !cgroups.is_empty() => return None,
+            Mode::Explicit { pids, comms, .. } => (pids, comms),
+            Mode::Detected { comms } => (&[], comms),
+            Mode::All => return None,
+        };
+        if comms.iter().any(|c| c.contains(char::REPLACEMENT_CHARACTER)) {
+            return None;
+        }
+        Some((comms.iter().map(|c| comm_key(c)).collect(), pids.to_vec()))
+    }
+
     /// The processes selected now (explicit pids that exited are dropped).
     pub fn resolve(&self) -> HashSet<u32> {
         let mut out = HashSet::new();
@@ -108,6 +130,16 @@ impl Mode {
 /// Whether a process name (as the kernel keeps it, cut to 15 bytes) is `name`.
 pub fn comm_is(name: &str, comm: &str) -> bool {
     name.as_bytes()[..name.len().min(15)] == *comm.as_bytes()
+}
+
+/// The kernel's comm of a process named `name`, as `bpf_get_current_comm`
+/// gives it: cut to 15 bytes, NUL-padded. Equal to a comm whenever
+/// `comm_is(name, comm)` is (the exec filter's key).
+pub fn comm_key(name: &str) -> [u8; COMM_LEN] {
+    let mut key = [0u8; COMM_LEN];
+    let n = name.len().min(COMM_LEN - 1);
+    key[..n].copy_from_slice(&name.as_bytes()[..n]);
+    key
 }
 
 /// Processes whose /proc/PID/comm is exactly `name` (like `pgrep -x`). comm is
@@ -226,6 +258,32 @@ mod tests {
     fn unknown_pid_is_a_clear_error() {
         let err = Mode::from_args(&[u32::MAX - 1], &[]).unwrap_err();
         assert_eq!(err.to_string(), format!("no process with pid {}", u32::MAX - 1));
+    }
+
+    #[test]
+    fn the_exec_filter_keys_are_the_kernels_comms() {
+        assert_eq!(&comm_key("sing-box"), b"sing-box\0\0\0\0\0\0\0\0");
+        // A longer name: the kernel keeps its first 15 bytes.
+        let long = comm_key("hysteria-server-2");
+        assert_eq!(&long, b"hysteria-server\0");
+        assert!(comm_is("hysteria-server-2", &comm_str(&long)));
+        assert_eq!(comm_key(""), [0; COMM_LEN]);
+    }
+
+    #[test]
+    fn the_kernel_filters_execs_unless_a_cgroup_or_a_lossy_name_is_selected() {
+        let me = std::process::id();
+        let names = |m: &Mode| m.exec_selection().map(|(c, p)| (c.iter().map(|k| comm_str(k)).collect::<Vec<_>>(), p));
+        let explicit = |pids: &[u32], comms: &[&str], cgroups: &[&str]| Mode::Explicit {
+            pids: pids.to_vec(),
+            comms: comms.iter().map(|s| s.to_string()).collect(),
+            cgroups: cgroups.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(names(&explicit(&[me], &["sing-box"], &[])), Some((vec!["sing-box".into()], vec![me])));
+        assert_eq!(names(&Mode::Detected { comms: vec!["xray".into()] }), Some((vec!["xray".into()], vec![])));
+        assert_eq!(names(&explicit(&[], &["sing-box"], &["/system.slice/x.service"])), None);
+        assert_eq!(names(&explicit(&[], &["a\u{fffd}b"], &[])), None);
+        assert_eq!(names(&Mode::All), None);
     }
 
     #[test]

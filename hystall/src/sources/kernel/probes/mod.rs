@@ -25,7 +25,9 @@ use aya::{
         uprobe::UProbeLinkId, uprobe::UProbeScope,
     },
 };
-use hystall_common::{Budget, FlowKey, FlowStats, SendSyscalls, Snips, SockStats, TpOffsets, counter, switch};
+use hystall_common::{
+    Budget, COMM_LEN, FlowKey, FlowStats, SendSyscalls, Snips, SockStats, TpOffsets, counter, switch,
+};
 use send_path::SendPath;
 use thiserror::Error;
 
@@ -341,6 +343,26 @@ impl Probes {
         Ok(())
     }
 
+    /// Makes the exec tracepoint hand over only the execs of these comms
+    /// (`procs::comm_key`) and pids (`Mode::exec_selection`). The filter is
+    /// turned on only once both maps hold them all: on an error (more than
+    /// `MAX_EXEC_SELECT` of either) every exec is still handed over.
+    pub fn filter_execs(&mut self, comms: &[[u8; COMM_LEN]], pids: &[u32]) -> Result<(), ProbeError> {
+        let map = self.ebpf.map_mut("EXEC_COMMS").ok_or_else(|| ProbeError::Map("EXEC_COMMS", "missing".into()))?;
+        let mut m: BpfHashMap<_, [u8; COMM_LEN], u8> =
+            BpfHashMap::try_from(map).map_err(|e| ProbeError::Map("EXEC_COMMS", e.to_string()))?;
+        for c in comms {
+            m.insert(c, 1, 0).map_err(|e| ProbeError::Map("EXEC_COMMS", e.to_string()))?;
+        }
+        let map = self.ebpf.map_mut("EXEC_PIDS").ok_or_else(|| ProbeError::Map("EXEC_PIDS", "missing".into()))?;
+        let mut m: BpfHashMap<_, u32, u8> =
+            BpfHashMap::try_from(map).map_err(|e| ProbeError::Map("EXEC_PIDS", e.to_string()))?;
+        for p in pids {
+            m.insert(p, 1, 0).map_err(|e| ProbeError::Map("EXEC_PIDS", e.to_string()))?;
+        }
+        set_switch(&mut self.ebpf, switch::EXEC_FILTER)
+    }
+
     /// Attaches the on-demand syscall probes (blocking writers). Idempotent.
     pub fn attach_syscalls(&mut self) -> Result<(), ProbeError> {
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Btf(e.to_string()))?;
@@ -575,5 +597,7 @@ fn page_size() -> u32 {
     u32::try_from(n).ok().filter(|n| n.is_power_of_two()).unwrap_or(4096)
 }
 
+#[cfg(test)]
+mod exec_tests;
 #[cfg(test)]
 mod snips_tests;
