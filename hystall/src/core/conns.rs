@@ -57,10 +57,6 @@ pub struct Conn {
     pub flows: Vec<FlowId>,
     pub first_seen: Mono,
     pub last_seen: Mono,
-    /// A server long header was seen on it: its handshake happened under
-    /// our watch, so nothing of it predates `first_seen` (a connection first
-    /// seen in hystall's first moments may otherwise be older than hystall).
-    pub handshake_seen: bool,
     /// Sums over the connection's flows.
     pub c2s: DirCounters,
     pub s2c: DirCounters,
@@ -404,7 +400,6 @@ impl ConnTable {
                 flows: vec![flow],
                 first_seen: at,
                 last_seen: at,
-                handshake_seen: false,
                 c2s: DirCounters::default(),
                 s2c: DirCounters::default(),
                 opened_reported: false,
@@ -449,14 +444,12 @@ impl ConnTable {
         let conn_cid_len = self.conns.get(&conn_id).and_then(|c| c.cid_len);
         let mut learned_dcid = None;
         let mut learned_len = None;
-        let mut handshake = false;
         match (&peek, s.dir) {
             // The server's SCID is what clients put in short headers.
             (Peek::Long { scid, .. }, Dir::S2c) if !obfuscated && !scid.is_empty() => {
                 self.cid_len.insert(s.flow.server, scid.len());
                 learned_len = Some(scid.len());
                 learned_dcid = Some(*scid);
-                handshake = true;
             }
             (Peek::Short { .. }, Dir::C2s) if !obfuscated && s.bytes.len() > 1 => {
                 let rest = &s.bytes[1..];
@@ -485,7 +478,6 @@ impl ConnTable {
         }
         let Some(c) = self.conns.get_mut(&conn_id) else { return };
         c.last_seen = c.last_seen.max(at);
-        c.handshake_seen |= handshake;
         if obfuscated {
             c.grouping = Grouping::Obfuscated;
             return;
@@ -879,8 +871,6 @@ mod tests {
         let id = t.conn_of(&a).unwrap();
         assert_eq!(t.get(id).unwrap().dcid.unwrap().as_bytes(), &dcid);
         assert_eq!(t.get(id).unwrap().grouping, Grouping::Dcid);
-        // Its handshake was seen: nothing of it predates hystall.
-        assert!(t.get(id).unwrap().handshake_seen);
 
         // The client hops: new source port, new server port of the range.
         let b = flow(50123, 20005);
@@ -901,8 +891,6 @@ mod tests {
         }
         let id = t.conn_of(&a).unwrap();
         assert_eq!(t.get(id).unwrap().dcid.unwrap().as_bytes(), &dcid);
-        // Found mid-flight: it may predate hystall.
-        assert!(!t.get(id).unwrap().handshake_seen);
         let b = flow(40001, 443);
         t.sample(s(5.0), &sample(b, Dir::C2s, short(&dcid, 99)));
         assert_eq!(t.conn_of(&b), Some(id), "rebinding joins by DCID");

@@ -48,17 +48,23 @@ pub fn checkpoints(t: &Target, out: &mut Vec<Mono>) {
 /// on two loaded cores a dial came more than 300 ms after its bytes (a
 /// target took 1.06 MB within 83 ms of its connect while its connection
 /// had carried 778 KB since 300 ms before it), the true connection broke
-/// the rule, and the target was tied to another client's. What bounds it
-/// is the stream's receive window: `carried` allows each target up to a
-/// stream window (and a set the connection window) of bytes carried
-/// before this, as far as the connection carried them.
+/// the rule, and the target was tied to another client's. So `carried`
+/// also allows each target what the connection carried in the `WAIT`
+/// before that, up to a stream window (a set: the connection window),
+/// which flow control bounds a waiting stream's bytes by.
 pub const LEAD: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// How long a request's bytes may wait in its stream for the server's dial
+/// to start, at most (a loaded node's scheduling; the dial's own time is
+/// after the connect). Not without bound: a connection that went quiet
+/// long before a dial (an early upload) did not feed it.
+pub const WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Whether connection `c` can have carried the bytes of all of `set`: for
 /// each target's start, the targets that started then or later took no more
 /// than the connection carried since `LEAD` before it, plus what it carried
-/// earlier that their streams can have held waiting for the dial (at most a
-/// stream window each, the connection window in all).
+/// in the `WAIT` before that, which their streams can have held waiting for
+/// the dial (at most a stream window each, the connection window in all).
 pub fn carried(c: &ConnSeries, set: &[&Target], w: Windows) -> bool {
     carried_fails(c, set, w).is_none()
 }
@@ -75,8 +81,16 @@ pub fn carried_fails(c: &ConnSeries, set: &[&Target], w: Windows) -> Option<(Mon
     for from in starts {
         let later: Vec<&&Target> = set.iter().filter(|t| t.start >= from).collect();
         let lead = c.series.at(Mono(from.0.saturating_sub(LEAD.as_nanos() as u64)));
-        let held = w.conn.min(w.stream.saturating_mul(later.len() as u64));
-        let base = lead.saturating_sub(held);
+        // Before its first point the series says nothing of when its first
+        // bytes came: all of them may have (the lenient side).
+        let wait_from = Mono(from.0.saturating_sub(WAIT.as_nanos() as u64));
+        let before = match c.series.first() {
+            Some((t0, _)) if t0 > wait_from => 0,
+            _ => c.series.at(wait_from),
+        };
+        let waited = lead.saturating_sub(before);
+        let held = w.conn.min(w.stream.saturating_mul(later.len() as u64)).min(waited);
+        let base = lead - held;
         times.clear();
         for t in &later {
             checkpoints(t, &mut times);

@@ -481,10 +481,7 @@ impl Attribution {
         for (id, cs) in self.conns.iter_mut() {
             if let Some(c) = conns.get(*id) {
                 let horizon = Mono(now.0.saturating_sub(CONN_HORIZON.as_nanos() as u64));
-                // Seen from its start: its handshake was watched, or it came
-                // after hystall's first second (those seen at once may be
-                // older than hystall, their first targets unknown).
-                cs.known_from = if c.handshake_seen || c.first_seen.since(started) > Duration::from_secs(1) {
+                cs.known_from = if c.first_seen.since(started) > Duration::from_secs(1) {
                     Some(c.first_seen.max(horizon))
                 } else {
                     (now.since(started) >= CONN_HORIZON).then_some(horizon)
