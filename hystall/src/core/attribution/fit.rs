@@ -41,38 +41,30 @@ pub fn checkpoints(t: &Target, out: &mut Vec<Mono>) {
     }
 }
 
-/// How long before a target's connect the bytes it takes were counted
-/// from until 2026-12-07: a client sends its request and the upload behind
-/// it at once, and the server holds them in the stream's buffer until its
-/// dial completes. It is not a bound: with eight clients starting together
-/// on two loaded cores a dial came more than 300 ms after its bytes (a
-/// target took 1.06 MB within 83 ms of its connect while its connection
-/// had carried 778 KB since 300 ms before it), the true connection broke
-/// the rule, and the target was tied to another client's. So `carried`
-/// also allows each target what the connection carried in the `WAIT`
-/// before that, up to a stream window (a set: the connection window),
-/// which flow control bounds a waiting stream's bytes by.
+/// How long before a target's connect the bytes it takes may have arrived:
+/// a client sends its request and the upload behind it at once, and the
+/// server holds them in the stream's buffer until its dial completes (the
+/// connect rule's window: the request arrives within it). With many clients
+/// starting together on a loaded node the dial comes milliseconds late, and
+/// counting from the connect itself ruled out every assignment, the true
+/// one included. It is not a bound (docs/DETECTOR.md: a dial that came
+/// later than this after its bytes, and the wrong tie it made); allowing
+/// the bytes a waiting stream can hold (up to a stream window) instead made
+/// this rule say nothing of stalled targets, which take less than that.
 pub const LEAD: std::time::Duration = std::time::Duration::from_millis(300);
-
-/// How long a request's bytes may wait in its stream for the server's dial
-/// to start, at most (a loaded node's scheduling; the dial's own time is
-/// after the connect). Not without bound: a connection that went quiet
-/// long before a dial (an early upload) did not feed it.
-pub const WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Whether connection `c` can have carried the bytes of all of `set`: for
 /// each target's start, the targets that started then or later took no more
-/// than the connection carried since `LEAD` before it, plus what it carried
-/// in the `WAIT` before that, which their streams can have held waiting for
-/// the dial (at most a stream window each, the connection window in all).
-pub fn carried(c: &ConnSeries, set: &[&Target], w: Windows) -> bool {
-    carried_fails(c, set, w).is_none()
+/// than the connection carried since `LEAD` before it (a target takes
+/// nothing before its connect, so bytes carried before that went elsewhere).
+pub fn carried(c: &ConnSeries, set: &[&Target]) -> bool {
+    carried_fails(c, set).is_none()
 }
 
 /// Where `carried` fails, the first (from, at, need, have) found: the
 /// targets started at or after `from` needed `need` bytes by `at` and the
-/// connection can have given them `have` (the debug log's).
-pub fn carried_fails(c: &ConnSeries, set: &[&Target], w: Windows) -> Option<(Mono, Mono, u64, u64)> {
+/// connection carried `have` since `LEAD` before `from` (the debug log's).
+pub fn carried_fails(c: &ConnSeries, set: &[&Target]) -> Option<(Mono, Mono, u64, u64)> {
     let slack_for = |n: usize| MARK_BYTES * (n + c.per_cpu.len().max(1)) as u64;
     let mut starts: Vec<Mono> = set.iter().map(|t| t.start).collect();
     starts.sort_unstable();
@@ -80,17 +72,7 @@ pub fn carried_fails(c: &ConnSeries, set: &[&Target], w: Windows) -> Option<(Mon
     let mut times = Vec::with_capacity(set.len() * 4);
     for from in starts {
         let later: Vec<&&Target> = set.iter().filter(|t| t.start >= from).collect();
-        let lead = c.series.at(Mono(from.0.saturating_sub(LEAD.as_nanos() as u64)));
-        // Before its first point the series says nothing of when its first
-        // bytes came: all of them may have (the lenient side).
-        let wait_from = Mono(from.0.saturating_sub(WAIT.as_nanos() as u64));
-        let before = match c.series.first() {
-            Some((t0, _)) if t0 > wait_from => 0,
-            _ => c.series.at(wait_from),
-        };
-        let waited = lead.saturating_sub(before);
-        let held = w.conn.min(w.stream.saturating_mul(later.len() as u64)).min(waited);
-        let base = lead - held;
+        let base = c.series.at(Mono(from.0.saturating_sub(LEAD.as_nanos() as u64)));
         times.clear();
         for t in &later {
             checkpoints(t, &mut times);

@@ -89,7 +89,7 @@ impl<'a> Problem<'a> {
         }
         let set = self.set_of(conn, extra);
         match self.conns.get(&conn) {
-            Some(c) => carried(c, &set, self.windows),
+            Some(c) => carried(c, &set),
             // No byte marks of it: it carried less than a mark, so only
             // targets that took less than one can be its.
             None => set.iter().all(|t| t.marks() <= 1),
@@ -120,8 +120,7 @@ impl<'a> Problem<'a> {
                         if tracing::enabled!(tracing::Level::DEBUG) {
                             for &d in self.open[&t].iter().filter(|d| **d != c) {
                                 let set = self.set_of(d, &[t]);
-                                let why =
-                                    self.conns.get(&d).and_then(|cs| super::fit::carried_fails(cs, &set, self.windows));
+                                let why = self.conns.get(&d).and_then(|cs| super::fit::carried_fails(cs, &set));
                                 tracing::debug!(t, c, dropped = d, linked = ?self.linked.get(&d), ?why, "attribution: step 1 drops");
                             }
                         }
