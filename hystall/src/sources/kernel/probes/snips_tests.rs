@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::net::UdpSocket;
 
-use hystall_common::{SNIPS, SNIPS_FIRST, TAILS};
+use hystall_common::{SNIPS, SNIPS_FIRST, Snips, TAILS};
 
 use super::{ProbeConfig, Probes, tc::Iface};
 
@@ -18,30 +18,55 @@ fn packet(len: usize, tag: u8) -> Vec<u8> {
     p
 }
 
-#[test]
-fn the_first_small_packet_after_the_last_stream_run_outlasts_later_runs() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: needs root");
-        return;
+/// The real classifier with `--decrypt` on `lo`, watching a server port, and
+/// one client sending to it.
+struct Rig {
+    probes: Probes,
+    _server: UdpSocket,
+    port: u16,
+    client: UdpSocket,
+}
+
+impl Rig {
+    /// None (and says so) when not root.
+    fn start() -> Option<Rig> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: needs root");
+            return None;
+        }
+        let server = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let port = server.local_addr().expect("addr").port();
+        let mut probes = Probes::load(&ProbeConfig { decrypt: true, ..Default::default() }).expect("probes load");
+        let lo = Iface::by_name("lo").expect("lo");
+        probes.attach_quic(&[lo], &HashSet::from([port])).expect("attach on lo");
+        let client = UdpSocket::bind("127.0.0.1:0").expect("client");
+        Some(Rig { probes, _server: server, port, client })
     }
-    let server = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let port = server.local_addr().expect("addr").port();
-    let mut probes = Probes::load(&ProbeConfig { decrypt: true, ..Default::default() }).expect("probes load");
-    let lo = Iface::by_name("lo").expect("lo");
-    probes.attach_quic(&[lo], &HashSet::from([port])).expect("attach on lo");
-    let client = UdpSocket::bind("127.0.0.1:0").expect("client");
-    let send = |len: usize, tag: u8| {
-        client.send_to(&packet(len, tag), ("127.0.0.1", port)).expect("send");
-    };
-    let kept = |probes: &Probes| -> Vec<u8> {
+
+    /// The client sends a `len`-byte packet tagged `tag`.
+    fn send(&self, len: usize, tag: u8) {
+        self.client.send_to(&packet(len, tag), ("127.0.0.1", self.port)).expect("send");
+    }
+
+    /// What the classifier keeps of the client's flow.
+    fn snips(&self) -> Snips {
         let mut key = None;
-        probes.each_flow(|k, _| {
-            if k.server_port == port {
+        self.probes.each_flow(|k, _| {
+            if k.server_port == self.port {
                 key = Some(k);
             }
         });
-        let snips = probes.snips(&key.expect("the client's flow")).expect("its snips");
+        self.probes.snips(&key.expect("the client's flow")).expect("its snips")
+    }
+}
+
+#[test]
+fn the_first_small_packet_after_the_last_stream_run_outlasts_later_runs() {
+    let Some(rig) = Rig::start() else { return };
+    let send = |len: usize, tag: u8| rig.send(len, tag);
+    let kept = || -> Vec<u8> {
+        let snips = rig.snips();
         (0..SNIPS).filter(|&i| snips.len[i] > 0).map(|i| snips.bytes[i][1]).collect()
     };
     // Stream data, then the packet with the last credit and a DATA_BLOCKED
@@ -61,49 +86,31 @@ fn the_first_small_packet_after_the_last_stream_run_outlasts_later_runs() {
         for _ in 0..3 {
             send(33, 0x10 + run as u8);
         }
-        assert!(kept(&probes).contains(&0xdb), "after {} runs: {:x?}", run + 1, kept(&probes));
+        assert!(kept().contains(&0xdb), "after {} runs: {:x?}", run + 1, kept());
     }
     // The ACKs after the last run are there too (the client is alive).
     let last = 0x10 + (SNIPS_FIRST - 2) as u8;
-    assert_eq!(kept(&probes).iter().filter(|&&t| t == last).count(), 3);
+    assert_eq!(kept().iter().filter(|&&t| t == last).count(), 3);
     // One run more and its turn is over.
     for _ in 0..3 {
         send(1200, 1);
     }
     send(33, 0x20);
-    assert!(!kept(&probes).contains(&0xdb), "{:x?}", kept(&probes));
+    assert!(!kept().contains(&0xdb), "{:x?}", kept());
     // Many small packets after a run: the first ones stay, the latest are kept.
     for i in 0..40u8 {
         send(33, 0x40 + i);
     }
-    let now = kept(&probes);
+    let now = kept();
     assert!(now.contains(&0x20) && now.contains(&(0x40 + 39)), "{now:x?}");
 }
 
 #[test]
 fn the_short_packet_with_the_last_credit_outlasts_a_burst_of_short_retransmissions() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: needs root");
-        return;
-    }
-    let server = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let port = server.local_addr().expect("addr").port();
-    let mut probes = Probes::load(&ProbeConfig { decrypt: true, ..Default::default() }).expect("probes load");
-    let lo = Iface::by_name("lo").expect("lo");
-    probes.attach_quic(&[lo], &HashSet::from([port])).expect("attach on lo");
-    let client = UdpSocket::bind("127.0.0.1:0").expect("client");
-    let send = |len: usize, tag: u8| {
-        client.send_to(&packet(len, tag), ("127.0.0.1", port)).expect("send");
-    };
-    let tails = |probes: &Probes| -> Vec<u8> {
-        let mut key = None;
-        probes.each_flow(|k, _| {
-            if k.server_port == port {
-                key = Some(k);
-            }
-        });
-        let snips = probes.snips(&key.expect("the client's flow")).expect("its snips");
+    let Some(rig) = Rig::start() else { return };
+    let send = |len: usize, tag: u8| rig.send(len, tag);
+    let tails = || -> Vec<u8> {
+        let snips = rig.snips();
         (0..TAILS).filter(|&i| snips.tail_len[i] > 0).map(|i| snips.tails[i][1]).collect()
     };
     // Full-size stream packets, then the short one with the last bytes of
@@ -120,12 +127,12 @@ fn the_short_packet_with_the_last_credit_outlasts_a_burst_of_short_retransmissio
             send(1400, 1);
         }
         send(500 + i, 0x30 + i as u8);
-        assert!(tails(&probes).contains(&0xdb), "after {} short retransmissions: {:x?}", i + 1, tails(&probes));
+        assert!(tails().contains(&0xdb), "after {} short retransmissions: {:x?}", i + 1, tails());
     }
     const { assert!(TAILS > 8, "the failed run's 8 short retransmissions fit") };
     send(650, 0x70);
-    assert!(!tails(&probes).contains(&0xdb), "a ring: the oldest goes {:x?}", tails(&probes));
+    assert!(!tails().contains(&0xdb), "a ring: the oldest goes {:x?}", tails());
     // Full-size ones (or within NEAR_FULL of it) are never kept.
     send(1400 - 10, 0x71);
-    assert!(!tails(&probes).contains(&0x71), "{:x?}", tails(&probes));
+    assert!(!tails().contains(&0x71), "{:x?}", tails());
 }
