@@ -59,16 +59,25 @@ impl Rig {
         });
         self.probes.snips(&key.expect("the client's flow")).expect("its snips")
     }
+
+    /// The tags of the small packets kept after the last large run.
+    fn kept(&self) -> Vec<u8> {
+        let snips = self.snips();
+        (0..SNIPS).filter(|&i| snips.len[i] > 0).map(|i| snips.bytes[i][1]).collect()
+    }
+
+    /// The tags of the short large packets kept (the ring of tails).
+    fn tails(&self) -> Vec<u8> {
+        let snips = self.snips();
+        (0..TAILS).filter(|&i| snips.tail_len[i] > 0).map(|i| snips.tails[i][1]).collect()
+    }
 }
 
 #[test]
 fn the_first_small_packet_after_the_last_stream_run_outlasts_later_runs() {
     let Some(rig) = Rig::start() else { return };
     let send = |len: usize, tag: u8| rig.send(len, tag);
-    let kept = || -> Vec<u8> {
-        let snips = rig.snips();
-        (0..SNIPS).filter(|&i| snips.len[i] > 0).map(|i| snips.bytes[i][1]).collect()
-    };
+    let kept = || rig.kept();
     // Stream data, then the packet with the last credit and a DATA_BLOCKED
     // (tag 0xdb), then ACKs.
     for _ in 0..5 {
@@ -109,10 +118,7 @@ fn the_first_small_packet_after_the_last_stream_run_outlasts_later_runs() {
 fn the_short_packet_with_the_last_credit_outlasts_a_burst_of_short_retransmissions() {
     let Some(rig) = Rig::start() else { return };
     let send = |len: usize, tag: u8| rig.send(len, tag);
-    let tails = || -> Vec<u8> {
-        let snips = rig.snips();
-        (0..TAILS).filter(|&i| snips.tail_len[i] > 0).map(|i| snips.tails[i][1]).collect()
-    };
+    let tails = || rig.tails();
     // Full-size stream packets, then the short one with the last bytes of
     // credit and the DATA_BLOCKED (tag 0xdb).
     for _ in 0..5 {
