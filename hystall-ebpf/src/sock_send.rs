@@ -28,7 +28,8 @@ const EAGAIN: i32 = 11;
 pub fn sock_send_length(ctx: BtfTracePointContext) -> i32 {
     let sk: *const u8 = ctx.arg(0);
     let ret: i32 = ctx.arg(1);
-    match on_send(sk, ret) {
+    // The tracepoint does not say how much was asked for.
+    match on_send(sk, ret, 0) {
         Ok(()) | Err(()) => 0,
     }
 }
@@ -38,13 +39,15 @@ pub fn sock_send_length(ctx: BtfTracePointContext) -> i32 {
 #[fexit(function = "tcp_sendmsg")]
 pub fn tcp_sendmsg_exit(ctx: FExitContext) -> i32 {
     let sk: *const u8 = ctx.arg(0);
+    let size: u64 = ctx.arg(2);
     let ret: i64 = ctx.arg(3);
-    match on_send(sk, ret as i32) {
+    match on_send(sk, ret as i32, size) {
         Ok(()) | Err(()) => 0,
     }
 }
 
-fn on_send(sk: *const u8, ret: i32) -> Result<(), ()> {
+/// `size`: the bytes asked for, when the hook says (fexit), else 0.
+fn on_send(sk: *const u8, ret: i32, size: u64) -> Result<(), ()> {
     let (tgid, tid) = current_ids();
     if !monitored(tgid) {
         return Err(());
@@ -70,11 +73,16 @@ fn on_send(sk: *const u8, ret: i32) -> Result<(), ()> {
     // A send that leaves the buffer full (sk_wmem_queued >= sk_sndbuf) is both
     // progress and the start of a block: the writer's next send cannot proceed.
     // tokio, for one, does not even try it (a short write clears its readiness),
-    // so this, not EAGAIN, is often the only sign. A short write/sendto (fewer
-    // bytes than asked, when the syscall probes are attached) says the same.
+    // so this, not EAGAIN, is often the only sign. A short send (fewer bytes
+    // than asked: fexit sees `size`, the syscall probes the write's count)
+    // says the same, and is the surer sign: `release_sock` at the end of
+    // `tcp_sendmsg` handles the ACKs that came in meanwhile, so a send cut
+    // short by a full buffer can return with the buffer no longer quite full
+    // but still not writeable, and the writer then waits for a wake-up that
+    // never comes (seen on 6.1-rt: a non-blocking writer never flagged).
     let asked = match inflight(tid) {
-        Some(f) if send_syscalls().has_count(f.nr) => f.count,
-        _ => 0,
+        Some(f) if send_syscalls().has_count(f.nr) => f.count.max(size),
+        _ => size,
     };
     let full = buffer_full(sk, &offs);
 

@@ -421,6 +421,13 @@ impl Live {
                 });
                 let read = whole.end();
                 self.flows_counted = Some(n);
+                // The gauge follows each whole read, not only the next
+                // upkeep: both come every 10 s, and an upkeep just ahead of
+                // a whole read would show a count 10-20 s old (the soak
+                // test once saw the start-up count, 15, at 20 s).
+                if let Some(f) = self.map_fill.iter_mut().find(|f| f.map == "flows") {
+                    f.entries = n.min(f.capacity);
+                }
                 for k in &idle {
                     self.probes.forget_flow(k);
                 }
