@@ -73,6 +73,7 @@ impl Model {
             Observation::Owners { ports, .. } => self.owners = ports.into_iter().collect(),
             Observation::Streams { streams, .. } => self.streams = Some(streams),
             Observation::Relays { records, .. } => self.attribution.relays(records),
+            Observation::Answering { pids, .. } => self.attribution.answering(pids),
             Observation::Frames { sample, .. } => self.conns.frames(*sample),
             Observation::FlowsForgotten { flows, .. } => self.conns.forgotten(&flows),
             other => self.sockets.apply(other),

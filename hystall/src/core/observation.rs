@@ -204,6 +204,13 @@ pub enum Observation {
         at: Mono,
         records: Vec<super::attribution::api::RelayRecord>,
     },
+    /// The watched processes whose configs say they answer each TCP request
+    /// once its target is dialled (Hysteria, Hysteria 2), replacing the
+    /// previous set (`attribution::reply`).
+    Answering {
+        at: Mono,
+        pids: Vec<u32>,
+    },
 }
 
 impl Observation {
@@ -222,6 +229,7 @@ impl Observation {
             | Observation::Sends { at, .. }
             | Observation::Marks { at, .. }
             | Observation::Relays { at, .. }
+            | Observation::Answering { at, .. }
             | Observation::Streams { at, .. } => *at,
         }
     }

@@ -134,6 +134,7 @@ impl SocketTable {
             | Observation::Frames { .. }
             | Observation::Marks { .. }
             | Observation::Relays { .. }
+            | Observation::Answering { .. }
             | Observation::FlowsForgotten { .. } => {}
             Observation::SocketsGone { at, cookies } => self.apply_gone(at, cookies),
             Observation::Sends { at, sends } => self.apply_sends(at, &sends),

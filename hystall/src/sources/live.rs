@@ -86,7 +86,9 @@ pub struct Live {
     /// When the firewall's rules were last read (ZERO: never).
     last_nft: Mono,
     /// QUIC ports each watched process's config names (read once per process).
-    configs: HashMap<u32, Vec<(u16, String)>>,
+    configs: HashMap<u32, super::discovery::proxy_config::Served>,
+    /// The watched processes whose configs say they answer each request (as last sent).
+    answering: Vec<u32>,
     diag: Option<SockDiag>,
     pub mode: Mode,
     pub pids: HashSet<u32>,
@@ -197,6 +199,7 @@ impl Live {
             whole_servers: 0,
             last_nft: Mono::ZERO,
             configs: HashMap::new(),
+            answering: Vec::new(),
             diag,
             mode,
             pids,
@@ -269,10 +272,17 @@ impl Live {
             // Configs are read once per process (a restart is a new pid).
             self.configs.retain(|pid, _| self.pids.contains(pid));
             for &pid in &self.pids {
-                self.configs.entry(pid).or_insert_with(|| super::discovery::proxy_config::ports_of(pid));
+                self.configs.entry(pid).or_insert_with(|| super::discovery::proxy_config::served_by(pid));
             }
-            self.servers.set_configured(self.configs.values().flatten().cloned().collect());
+            self.servers.set_configured(self.configs.values().flat_map(|s| s.ports.iter().cloned()).collect());
             self.servers.update(&socks);
+        }
+        // Which of them answer each request, by their configs.
+        let mut answering: Vec<u32> = self.configs.iter().filter(|(_, s)| s.answers).map(|(p, _)| *p).collect();
+        answering.sort_unstable();
+        if answering != self.answering {
+            self.answering = answering.clone();
+            self.pending.push(Observation::Answering { at: crate::core::time::mono_now(), pids: answering });
         }
         // Port-hopping ranges point at server ports: none to read before one exists.
         let now = crate::core::time::mono_now();
@@ -664,9 +674,9 @@ impl Live {
         let pids = self.mode.resolve();
         for &pid in &started {
             // Its config now (a pid that exec'd runs another program).
-            let ports = super::discovery::proxy_config::ports_of(pid);
-            self.servers.started(pid, &ports, |p| std::path::Path::new(&format!("/proc/{p}")).exists());
-            self.configs.insert(pid, ports);
+            let served = super::discovery::proxy_config::served_by(pid);
+            self.servers.started(pid, &served.ports, |p| std::path::Path::new(&format!("/proc/{p}")).exists());
+            self.configs.insert(pid, served);
         }
         let mut out = Vec::new();
         self.select(now, pids, &mut out);

@@ -72,7 +72,9 @@ pub fn carried_fails(c: &ConnSeries, set: &[&Target]) -> Option<(Mono, Mono, u64
     let mut times = Vec::with_capacity(set.len() * 4);
     for from in starts {
         let later: Vec<&&Target> = set.iter().filter(|t| t.start >= from).collect();
-        let base = c.series.at(Mono(from.0.saturating_sub(LEAD.as_nanos() as u64)));
+        // Its points older than the horizon are gone: from before them,
+        // what it carried since is known only to be at most its count.
+        let base = c.series.least_at(Mono(from.0.saturating_sub(LEAD.as_nanos() as u64)));
         times.clear();
         for t in &later {
             checkpoints(t, &mut times);
@@ -134,4 +136,34 @@ pub fn unexplained(c: &ConnSeries, n: usize, into: u64, from: Mono, now: Mono, w
     let allowed =
         unread + (carried as f64 * FRAMING_MAX) as u64 + c.datagrams + MARK_BYTES * (n + c.per_cpu.len().max(1)) as u64;
     carried.saturating_sub(into).saturating_sub(allowed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::flows::FlowId;
+
+    fn ms(v: u64) -> Mono {
+        Mono(v * 1_000_000)
+    }
+
+    #[test]
+    fn carried_still_holds_once_the_connections_early_points_are_forgotten() {
+        let flow = FlowId { client: "10.0.0.2:1001".parse().unwrap(), server: "10.0.0.1:443".parse().unwrap() };
+        let mut c = ConnSeries::new();
+        for k in 1..=100 {
+            c.mark(flow, 0, ms(400 + k * 10), k * MARK_BYTES);
+        }
+        // A target dialled at 400 ms took half of it by 905 ms.
+        let mut t = Target::new(1, ms(400));
+        for k in 1..=50 {
+            t.series.push(ms(405 + k * 10), k * MARK_BYTES);
+        }
+        assert!(carried(&c, &[&t]));
+        // The horizon passes 1 s: the connection's points before it go, the
+        // target's stay. What it carried from 400 ms on is no longer known to
+        // be as little as its first point left says.
+        c.series.forget_before(ms(1000));
+        assert!(carried(&c, &[&t]), "the connection that fed it is not ruled out by our forgetting");
+    }
 }

@@ -239,10 +239,16 @@ struct ConnSeries {
     per_cpu: Map<(FlowId, u32), u64>,
     total: u64,
     last_mark: Mono,
-    /// Since when every target it fed is known (its first packet when that
-    /// came after we attached, else a horizon back once we have watched that
-    /// long); None while not yet.
+    /// Since when the byte rules count its bytes: its first packet when that
+    /// came after we attached, else our first tick (a connection older than
+    /// hystall: every target that takes its bytes from then on makes marks
+    /// from then on), the horizon back at most. None before the first tick.
     known_from: Option<Mono>,
+    /// Since when every target it ever fed is known (its first packet when
+    /// that came after we attached, else a horizon back once we have
+    /// watched that long): `window_used_up` counts what its linked targets
+    /// leave unexplained, and an older connection's may predate us.
+    whole_from: Option<Mono>,
     /// Client bytes in packets that are not full-size (datagrams, mostly):
     /// not explained by targets.
     datagrams: u64,
@@ -256,6 +262,7 @@ impl ConnSeries {
             total: 0,
             last_mark: Mono::ZERO,
             known_from: None,
+            whole_from: None,
             datagrams: 0,
         }
     }
@@ -348,7 +355,7 @@ impl Attribution {
     /// stalled streams. False when its targets are not all known.
     pub fn window_used_up(&self, conn: u64, now: Mono) -> bool {
         let Some(cs) = self.conns.get(&conn) else { return false };
-        let Some(from) = cs.known_from else { return false };
+        let Some(from) = cs.whole_from else { return false };
         let set: Vec<&Target> = self.linked_to(conn).filter_map(|t| self.targets.get(&t)).collect();
         let carried = cs.series.at(now).saturating_sub(cs.series.at(from));
         let into: u64 = set.iter().map(|t| fit::took(t, now).saturating_sub(fit::took(t, from))).sum();
@@ -446,6 +453,18 @@ impl Attribution {
     }
 
     /// The server's relay table (Clash API), replacing the previous one.
+    /// The processes whose configs say they answer each request (the
+    /// reply rule holds for them from the start); replaces the last set.
+    pub fn answering(&mut self, pids: Vec<u32>) {
+        for (pid, g) in self.gates.iter_mut() {
+            g.known = pids.contains(pid);
+        }
+        for pid in pids {
+            self.gates.entry(pid).or_default().known = true;
+        }
+        self.dirty = true;
+    }
+
     pub fn relays(&mut self, records: Vec<RelayRecord>) {
         self.relays = Some(records);
         self.relays_new = true;
@@ -481,11 +500,13 @@ impl Attribution {
         for (id, cs) in self.conns.iter_mut() {
             if let Some(c) = conns.get(*id) {
                 let horizon = Mono(now.0.saturating_sub(CONN_HORIZON.as_nanos() as u64));
-                cs.known_from = if c.first_seen.since(started) > Duration::from_secs(1) {
+                let seen_whole = c.first_seen.since(started) > Duration::from_secs(1);
+                cs.whole_from = if seen_whole {
                     Some(c.first_seen.max(horizon))
                 } else {
                     (now.since(started) >= CONN_HORIZON).then_some(horizon)
                 };
+                cs.known_from = Some(if seen_whole { c.first_seen } else { started }.max(horizon));
                 cs.datagrams = c.c2s.bytes[0] + c.c2s.bytes[1];
             }
         }

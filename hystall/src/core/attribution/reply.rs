@@ -10,6 +10,12 @@
 //! learned per process: it strikes candidates only once targets tied without
 //! it (the connect left one connection, or the server's API named it) showed
 //! their connection answered, and it is switched off when answers go missing.
+//! A process whose own config says it serves only protocols that answer
+//! (Hysteria, Hysteria 2: `proxy_config::Served::answers`) starts with the
+//! rule on, as if it had shown that much: a server (re)started under load,
+//! or clients whose first requests come in the same instant, leave nothing
+//! to learn from before the requests that matter. Answers that go missing
+//! switch it off the same way.
 
 use std::time::Duration;
 
@@ -34,12 +40,15 @@ pub struct Gate {
     /// Targets whose connection (or, when every candidate was silent, any
     /// candidate) was not.
     pub missed: u32,
+    /// Its config says its protocol answers: counted as `LEARN` answers.
+    pub known: bool,
 }
 
 impl Gate {
     /// Whether the process answers its requests (so silence rules out).
     pub fn open(&self) -> bool {
-        self.answered >= LEARN && self.missed.saturating_mul(MISS_PER) <= self.answered
+        let answered = self.answered + if self.known { LEARN } else { 0 };
+        answered >= LEARN && self.missed.saturating_mul(MISS_PER) <= answered
     }
 
     /// What an exactly tied target's connection showed.
@@ -88,6 +97,19 @@ mod tests {
         assert!(g.open());
         g.learn(Reply::None);
         assert!(!g.open(), "a protocol that does not answer (or a late answer) switches it off");
+    }
+
+    #[test]
+    fn a_protocol_known_to_answer_opens_the_rule_at_once_and_misses_still_close_it() {
+        let mut g = Gate { known: true, ..Gate::default() };
+        assert!(g.open(), "its config says it answers");
+        g.learn(Reply::Sent);
+        g.learn(Reply::None);
+        assert!(!g.open(), "an answer that went missing switches it off all the same");
+        for _ in 0..96 {
+            g.learn(Reply::Sent);
+        }
+        assert!(g.open(), "one miss in a hundred");
     }
 
     #[test]

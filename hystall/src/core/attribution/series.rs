@@ -10,11 +10,14 @@ use crate::core::time::Mono;
 pub struct ByteSeries {
     points: VecDeque<(Mono, u64)>,
     cap: usize,
+    /// Points were dropped from the front (the cap, or `forget_before`):
+    /// before the first point left, the count is no longer known.
+    forgot: bool,
 }
 
 impl ByteSeries {
     pub fn new(cap: usize) -> ByteSeries {
-        ByteSeries { points: VecDeque::new(), cap: cap.max(2) }
+        ByteSeries { points: VecDeque::new(), cap: cap.max(2), forgot: false }
     }
 
     /// Adds a point; a count that did not grow, or a time before the last
@@ -28,6 +31,7 @@ impl ByteSeries {
         }
         if self.points.len() == self.cap {
             self.points.pop_front();
+            self.forgot = true;
         }
         self.points.push_back((at, cum));
     }
@@ -57,6 +61,7 @@ impl ByteSeries {
     pub fn forget_before(&mut self, t: Mono) {
         while self.points.len() > 1 && self.points.front().is_some_and(|p| p.0 < t) {
             self.points.pop_front();
+            self.forgot = true;
         }
     }
 
@@ -67,6 +72,19 @@ impl ByteSeries {
         match i {
             0 => self.points.front().map_or(0, |p| p.1),
             i => self.points[i - 1].1,
+        }
+    }
+
+    /// The least the count can have been at `t`: `at`, except before the
+    /// first point left once earlier ones were dropped, where only the
+    /// series' start (0) is certain. What a series carried *since* a moment
+    /// must not be understated (the carried rule rules connections out by
+    /// it): with the early points gone, the first one left says what was
+    /// counted by then, not before.
+    pub fn least_at(&self, t: Mono) -> u64 {
+        match self.points.front() {
+            Some(p) if self.forgot && t < p.0 => 0,
+            _ => self.at(t),
         }
     }
 
@@ -105,5 +123,22 @@ mod tests {
         assert_eq!(s.first(), Some((ms(3), 30)));
         s.forget_before(ms(5));
         assert_eq!(s.first(), Some((ms(5), 50)));
+    }
+
+    #[test]
+    fn before_forgotten_points_the_least_count_is_the_start() {
+        let mut s = ByteSeries::new(16);
+        for (t, c) in [(10, 0), (20, 100), (30, 200)] {
+            s.push(ms(t), c);
+        }
+        assert_eq!(s.least_at(ms(5)), 0);
+        assert_eq!(s.least_at(ms(25)), 100);
+        // Once the points before 30 ms are gone, the count at 15 ms is
+        // unknown: 200 (the first point left) would understate what was
+        // carried since then.
+        s.forget_before(ms(30));
+        assert_eq!(s.at(ms(15)), 200);
+        assert_eq!(s.least_at(ms(15)), 0);
+        assert_eq!(s.least_at(ms(30)), 200);
     }
 }

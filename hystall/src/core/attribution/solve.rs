@@ -152,9 +152,20 @@ impl<'a> Problem<'a> {
             }
             if group.len() <= MAX_GROUP && !self.skip.contains_key(&group) {
                 searched += 1;
-                match self.search(&group) {
+                // No assignment obeys both rules: a connection carried more
+                // than the explained rule allows (resent bytes beyond its
+                // share), so that rule is wrong for this group; the carried
+                // rule alone still holds.
+                let mut explain = true;
+                let mut found = self.search(&group, explain);
+                if found.as_ref().is_some_and(|f| f.is_none()) {
+                    explain = false;
+                    tracing::debug!(?group, "attribution: searched again without the explained rule");
+                    found = self.search(&group, explain);
+                }
+                match found.map(Option::unwrap_or_default) {
                     Some(ties) if !self.floored.contains_key(&group) => {
-                        let found = self.floors(&group, &ties);
+                        let found = self.floors(&group, &ties, explain);
                         tracing::debug!(?group, ?found, "attribution: floors");
                         floors.extend(found);
                         floored.push(group.clone());
@@ -170,12 +181,13 @@ impl<'a> Problem<'a> {
         Solved { deduced: out, aborted, searched, floors, floored }
     }
 
-    /// Every assignment of `group` that obeys both rules; a target that takes
-    /// the same connection in all of them (and there is one at least) is tied.
-    /// None: the search ran out of its node budget.
-    fn search(&self, group: &[u64]) -> Option<Vec<(u64, u64)>> {
+    /// Every assignment of `group` that obeys both rules (the carried rule
+    /// alone unless `explain`); a target that takes the same connection in
+    /// all of them (and there is one at least) is tied. None: the search ran
+    /// out of its node budget; Some(None): no assignment obeys the rules.
+    fn search(&self, group: &[u64], explain: bool) -> Option<Option<Vec<(u64, u64)>>> {
         let cands: Vec<&Vec<u64>> = group.iter().map(|t| &self.open[t]).collect();
-        let mut s = self.searcher(group, &cands);
+        let mut s = self.searcher(group, &cands, explain);
         // Witnesses: for each target and each connection it was not yet seen
         // on, one assignment obeying the rules that puts it there (each found
         // shows every target's connection in it). A target left with one
@@ -214,24 +226,24 @@ impl<'a> Problem<'a> {
                         "attribution: a slot of that group, all its possible targets given to it"
                     );
                 }
-                return Some(Vec::new());
+                return Some(None);
             }
         }
-        Some(
+        Some(Some(
             group
                 .iter()
                 .zip(&seen)
                 .filter(|(_, v)| v.len() == 1)
                 .map(|(t, v)| (*t, *v.first().expect("one")))
                 .collect(),
-        )
+        ))
     }
 
     /// For each connection of `group` that may hold counted targets not
     /// in `tied`: the least of them it holds over every assignment obeying
     /// the rules (a bounded branch and bound per connection; one that runs
     /// out of budget says nothing). Only floors of one or more are kept.
-    fn floors(&self, group: &[u64], tied: &[(u64, u64)]) -> Vec<Floor> {
+    fn floors(&self, group: &[u64], tied: &[(u64, u64)], explain: bool) -> Vec<Floor> {
         let counted: Vec<bool> =
             group.iter().map(|t| self.counted.contains(t) && !tied.iter().any(|(x, _)| x == t)).collect();
         if !counted.iter().any(|c| *c) {
@@ -249,7 +261,7 @@ impl<'a> Problem<'a> {
             let order = self.floor_order(group, &counted, conn);
             let g: Vec<u64> = order.iter().map(|&i| group[i]).collect();
             let cs: Vec<&Vec<u64>> = order.iter().map(|&i| cands[i]).collect();
-            let mut s = self.searcher(&g, &cs);
+            let mut s = self.searcher(&g, &cs, explain);
             s.counted = order.iter().map(|&i| counted[i]).collect();
             let Some(at_least) = s.least(conn) else { continue };
             if at_least == 0 {
@@ -341,8 +353,9 @@ impl<'a> Problem<'a> {
         out
     }
 
-    /// A search over `group` (its targets' candidates `cands`), ready to descend.
-    fn searcher<'s>(&'s self, group: &'s [u64], cands: &'s [&'s Vec<u64>]) -> Search<'s, 'a> {
+    /// A search over `group` (its targets' candidates `cands`), ready to
+    /// descend; the explained rule prunes only if `explain`.
+    fn searcher<'s>(&'s self, group: &'s [u64], cands: &'s [&'s Vec<u64>], explain: bool) -> Search<'s, 'a> {
         let members: Vec<Option<&Target>> = group.iter().map(|t| self.targets.get(t)).collect();
         // The connections the explained rule prunes by, with what their
         // linked targets and every group target that may be theirs took.
@@ -351,7 +364,8 @@ impl<'a> Problem<'a> {
         // we never saw) says nothing here; nor does one seen only in part.
         let mut slots = Vec::new();
         let mut slot_of = HashMap::new();
-        for c in cands.iter().flat_map(|v| v.iter().copied()).collect::<BTreeSet<u64>>() {
+        let explained = if explain { cands.iter().flat_map(|v| v.iter().copied()).collect() } else { BTreeSet::new() };
+        for c in explained {
             let Some(series) = self.conns.get(&c) else { continue };
             let Some(from) = series.known_from else { continue };
             let mine = members.iter().zip(cands.iter()).filter(|(_, v)| v.contains(&c)).filter_map(|(t, _)| *t);
@@ -771,10 +785,11 @@ mod tests {
             };
             let want = by_enumeration(&p, &group);
             forced += want.len();
-            assert_eq!(p.search(&group), Some(want.clone()), "seed {seed}");
+            assert_eq!(p.search(&group, true).map(Option::unwrap_or_default), Some(want.clone()), "seed {seed}");
             // The floors: what every assignment gives each connection of
             // the counted targets none of the rules tied.
-            let floors: Vec<(u64, usize)> = p.floors(&group, &want).iter().map(|f| (f.conn, f.at_least)).collect();
+            let floors: Vec<(u64, usize)> =
+                p.floors(&group, &want, true).iter().map(|f| (f.conn, f.at_least)).collect();
             let expect = floors_by_enumeration(&p, &group, &want);
             floored += expect.len();
             assert_eq!(floors, expect, "seed {seed}");

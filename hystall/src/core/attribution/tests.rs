@@ -289,6 +289,20 @@ fn reply_uploaders_the_server_did_not_answer_after_the_connect_are_ruled_out() {
 }
 
 #[test]
+fn reply_a_process_whose_config_says_it_answers_is_held_to_it_from_its_first_request() {
+    let mut n = Node::new();
+    n.links.answering(vec![PID]);
+    assert!(n.links.answers(PID), "its config names Hysteria 2 inbounds only");
+    n.client(1001, 1000);
+    n.client(1002, 1000);
+    a_request_among_uploads(&mut n, true);
+    assert_eq!(n.link(20), Some((n.conn(1002), vec!["connect", "reply"])));
+    // Told it no longer serves only such inbounds: nothing learned, rule off.
+    n.links.answering(Vec::new());
+    assert!(!n.links.answers(PID));
+}
+
+#[test]
 fn reply_a_server_that_does_not_answer_never_has_silence_count_against_anyone() {
     let mut n = Node::new();
     three_tied_by_the_connect(&mut n, false);

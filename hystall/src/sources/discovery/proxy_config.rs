@@ -14,15 +14,38 @@ use serde_json::Value;
 
 /// Inbound types of sing-box that serve QUIC.
 const SING_BOX_QUIC: &[&str] = &["hysteria", "hysteria2", "tuic", "naive"];
+/// Those of them whose server answers each TCP request once it dialled.
+const SING_BOX_ANSWERS: &[&str] = &["hysteria", "hysteria2"];
+
+/// What `pid`'s own configuration says of its QUIC service.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Served {
+    /// (port, config file) for each QUIC server port it names.
+    pub ports: Vec<(u16, String)>,
+    /// Every QUIC inbound it names speaks a protocol whose server answers
+    /// each TCP request once its target is dialled (Hysteria 2's
+    /// `TCPResponse`, Hysteria's `ServerResponse`), so the attribution's
+    /// reply rule holds for it from the first request (`attribution::reply`):
+    /// sing-box's `hysteria` and `hysteria2` inbounds, the Hysteria server.
+    /// TUIC and naive do not answer: a config naming one leaves this false.
+    pub answers: bool,
+}
 
 /// (port, config file) for each QUIC server port `pid`'s config names.
 pub fn ports_of(pid: u32) -> Vec<(u16, String)> {
-    let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return Vec::new() };
+    served_by(pid).ports
+}
+
+/// What `pid`'s config names: its QUIC ports and whether they answer requests.
+pub fn served_by(pid: u32) -> Served {
+    let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return Served::default() };
     let args: Vec<String> =
         cmd.split(|b| *b == 0).filter_map(|a| std::str::from_utf8(a).ok()).map(str::to_owned).collect();
     let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_else(|_| PathBuf::from("/"));
     let comm = crate::sources::processes::procs::comm_of(pid).unwrap_or_default();
     let mut out = Vec::new();
+    // None until a config names a QUIC inbound.
+    let mut answers: Option<bool> = None;
     for (flag, path) in config_args(&args) {
         let path = cwd.join(path);
         let files: Vec<PathBuf> = if flag == "-C" || flag == "--config-directory" {
@@ -36,13 +59,33 @@ pub fn ports_of(pid: u32) -> Vec<(u16, String)> {
         };
         for f in files {
             let Ok(text) = std::fs::read_to_string(&f) else { continue };
-            let ports = if comm.starts_with("hysteria") { hysteria_ports(&text) } else { sing_box_ports(&text) };
+            let (ports, answer) = if comm.starts_with("hysteria") {
+                (hysteria_ports(&text), Some(true))
+            } else {
+                (sing_box_ports(&text), sing_box_answers(&text))
+            };
+            if let Some(a) = answer {
+                answers = Some(answers.unwrap_or(true) && a);
+            }
             out.extend(ports.into_iter().map(|p| (p, display(&f))));
         }
     }
     out.sort_unstable();
     out.dedup();
-    out
+    Served { ports: out, answers: answers.unwrap_or(false) }
+}
+
+/// Whether every QUIC inbound of a sing-box config answers each TCP request
+/// (None: it names none).
+pub fn sing_box_answers(json: &str) -> Option<bool> {
+    let v: Value = serde_json::from_str(json).ok()?;
+    let kinds: Vec<&str> = v["inbounds"]
+        .as_array()?
+        .iter()
+        .filter_map(|i| i["type"].as_str())
+        .filter(|t| SING_BOX_QUIC.contains(t))
+        .collect();
+    (!kinds.is_empty()).then(|| kinds.iter().all(|t| SING_BOX_ANSWERS.contains(t)))
 }
 
 fn display(p: &Path) -> String {

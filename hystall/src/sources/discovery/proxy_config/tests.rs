@@ -27,3 +27,16 @@ fn config_options_are_read_in_both_spellings() {
         ["sing-box", "run", "-c", "a.json", "--config=b.json", "-C", "conf.d"].map(String::from).to_vec();
     assert_eq!(config_args(&args), [("-c", "a.json"), ("--config", "b.json"), ("-C", "conf.d")]);
 }
+
+#[test]
+fn hysteria_inbounds_answer_requests_and_tuic_does_not() {
+    let h2 = r#"{"inbounds": [{"type": "hysteria2", "listen_port": 1}, {"type": "mixed", "listen_port": 2}]}"#;
+    assert_eq!(sing_box_answers(h2), Some(true));
+    let v1 = r#"{"inbounds": [{"type": "hysteria", "listen_port": 1}]}"#;
+    assert_eq!(sing_box_answers(v1), Some(true));
+    // One inbound that does not answer: the rule cannot be assumed for the process.
+    let mixed = r#"{"inbounds": [{"type": "hysteria2", "listen_port": 1}, {"type": "tuic", "listen_port": 2}]}"#;
+    assert_eq!(sing_box_answers(mixed), Some(false));
+    assert_eq!(sing_box_answers(r#"{"inbounds": [{"type": "mixed"}]}"#), None);
+    assert_eq!(sing_box_answers("not json"), None);
+}
