@@ -204,6 +204,7 @@ pub enum Observation {
         at: Mono,
         records: Vec<super::attribution::api::RelayRecord>,
     },
+    // Format 5.
     /// The watched processes whose configs say they answer each TCP request
     /// once its target is dialled (Hysteria, Hysteria 2), replacing the
     /// previous set (`attribution::reply`).

@@ -18,11 +18,12 @@ use serde::{Deserialize, Serialize};
 use super::timeline::{ModelOptions, Step};
 
 pub const MAGIC: &[u8; 8] = b"HYSTREC\n";
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest format this hystall still reads: 3 only added observations;
 /// 4 added the client streams to decrypted frame figures, so a format 2–3
 /// recording that holds frame figures (`record --decrypt`) stops with a
-/// "corrupt recording" error at the first of them.
+/// "corrupt recording" error at the first of them; 5 only added an
+/// observation (which processes answer each request, from their configs).
 pub const OLDEST_FORMAT: u32 = 2;
 /// No frame is this big (a FlowCounts of 100k flows is ~6 MB): a larger length is corruption.
 pub const MAX_FRAME: usize = 64 << 20;
