@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::node::{self, Expect, NEED, Plan, Setup, Work, ready};
+use common::node::{self, Expect, NEED, Plan, ServerStart, Setup, Work, ready};
 use common::singbox::Options;
 
 #[test]
@@ -67,6 +67,26 @@ fn three_starved_among_eight_starting_together() {
     // flag, and no other client's target listed as a connection's own.
     let setup = Setup { work_secs: 14.0, ..Setup::named(name) };
     node::run(&setup, &plans).judge_with(name, NEED, Expect::NoWrongFlag);
+}
+
+/// The same node read with the server's own secrets (`--decrypt`): each
+/// connection's frames say whether it is starved (`DATA_BLOCKED` at its
+/// limit, its limit not raised, its stream data stopped) whatever the split
+/// of the targets — what the headers cannot say when the slow uploader's
+/// requests came with a starved client's (docs/DETECTOR.md, "What the
+/// headers cannot split"). Every starved client must be flagged.
+#[test]
+fn three_starved_among_eight_starting_together_with_decrypt() {
+    let name = "three_starved_among_eight_starting_together_with_decrypt";
+    let Some(_g) = ready(name) else { return };
+    let plans = three_among_eight(4 << 20);
+    let setup = Setup {
+        work_secs: 14.0,
+        watch_args: vec!["--decrypt".into()],
+        server: ServerStart::ClientsAfterWatch,
+        ..Setup::named(name)
+    };
+    node::run(&setup, &plans).judge(name, NEED);
 }
 
 #[test]

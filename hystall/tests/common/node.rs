@@ -114,6 +114,10 @@ pub enum ServerStart {
     /// run; the clients keep running and reconnect (work planned after the
     /// restart starts once its client's tunnel works again).
     RestartAt(Duration),
+    /// Before hystall (`--pid SERVER --port PORT`), its clients only once
+    /// the watch is up (and, with `--decrypt`, once it reads the server's
+    /// secrets: a handshake's are read only if the probe is there first).
+    ClientsAfterWatch,
 }
 
 impl Setup {
@@ -172,6 +176,18 @@ const RECONNECT_WITHIN: Duration = Duration::from_secs(40);
 /// How much longer than planned a run waits for its starved clients' flags.
 const GRACE: Duration = Duration::from_secs(10);
 
+/// Waits until `w` says it reads the TLS secrets of process `pid` (`--decrypt`).
+fn wait_probed(w: &mut Proc, pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while let Some(e) = w.next_json(deadline) {
+        let probed = |p: &Value| p["pid"] == pid && p["functions"].as_array().is_some_and(|f| !f.is_empty());
+        if e["event"] == "decrypt_changed" && e["processes"].as_array().is_some_and(|ps| ps.iter().any(probed)) {
+            return;
+        }
+    }
+    panic!("the sing-box server (pid {pid}) was not probed within 15 s: {:?}", w.seen);
+}
+
 /// Starts the node, runs every client's plan, probes every tunnel, and returns
 /// what hystall said and what the clients saw.
 pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
@@ -191,7 +207,9 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
         w.wait_event("watch_started", Duration::from_secs(20));
         watch = Some(w);
     }
-    let mut sb = SingBox::start(opts).unwrap_or_else(|e| panic!("sing-box node does not start: {e:#}"));
+    let clients_later = setup.server == ServerStart::ClientsAfterWatch;
+    let mut sb = SingBox::start(Options { no_client: clients_later, ..opts })
+        .unwrap_or_else(|e| panic!("sing-box node does not start: {e:#}"));
     let mut server_pid = sb.server_pid().to_string();
     // The server's port, and the hopping range a DNAT rule forwards to it.
     let port = match &setup.opts.server_ports {
@@ -200,13 +218,21 @@ pub fn run(setup: &Setup, plans: &[Plan]) -> Run {
     };
     let mut watch = watch.unwrap_or_else(|| {
         let select: &[&str] = match setup.server {
-            ServerStart::Before => &["--pid", &server_pid, "--port", &port],
+            ServerStart::Before | ServerStart::ClientsAfterWatch => &["--pid", &server_pid, "--port", &port],
             _ => &["--comm", "sing-box"],
         };
         let mut w = Proc::spawn(&[args.as_slice(), select].concat());
         w.wait_event("watch_started", Duration::from_secs(20));
         w
     });
+    if clients_later {
+        if setup.watch_args.iter().any(|a| a == "--decrypt") {
+            wait_probed(&mut watch, sb.server_pid());
+        }
+        for _ in 0..plans.len() {
+            sb.add_client().unwrap_or_else(|e| panic!("a sing-box client does not start: {e:#}"));
+        }
+    }
 
     // Each client's UDP source ports, sampled while it runs.
     let ports: Arc<Mutex<Vec<BTreeSet<u16>>>> = Arc::new(Mutex::new(vec![BTreeSet::new(); plans.len()]));
