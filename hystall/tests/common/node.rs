@@ -178,9 +178,17 @@ const GRACE: Duration = Duration::from_secs(10);
 
 /// Waits until `w` says it reads the TLS secrets of process `pid` (`--decrypt`).
 fn wait_probed(w: &mut Proc, pid: u32) {
+    let probed = |p: &Value| p["pid"] == pid && p["functions"].as_array().is_some_and(|f| !f.is_empty());
+    // A server running before the watch is probed at its start (`watch_started`
+    // says so), one that starts later when it execs (`decrypt_changed`).
+    let at_start = w.seen.iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()).any(|e| {
+        e["event"] == "watch_started" && e["decrypt"]["processes"].as_array().is_some_and(|ps| ps.iter().any(probed))
+    });
+    if at_start {
+        return;
+    }
     let deadline = Instant::now() + Duration::from_secs(15);
     while let Some(e) = w.next_json(deadline) {
-        let probed = |p: &Value| p["pid"] == pid && p["functions"].as_array().is_some_and(|f| !f.is_empty());
         if e["event"] == "decrypt_changed" && e["processes"].as_array().is_some_and(|ps| ps.iter().any(probed)) {
             return;
         }
@@ -541,8 +549,11 @@ impl Run {
                 // many of whatever the split: that many of those are its in
                 // truth (else the floor was wrong).
                 let own = |p: &Option<u16>| p.is_some_and(|p| c.target_ports.contains(&p));
+                // `confirmed` rests on the connection's own frames
+                // (`--decrypt`) or the server's table, not on how many
+                // targets the attribution names: it need not name `need`.
                 let right = best.is_some_and(|f| {
-                    f.blamed.len() + f.shared_at_least >= need
+                    (f.blamed.len() + f.shared_at_least >= need || f.confidence == "confirmed")
                         && f.blamed.iter().all(own)
                         && f.shared.iter().filter(|p| own(p)).count() >= f.shared_at_least
                 });
