@@ -187,7 +187,7 @@ impl<'a> Problem<'a> {
     /// out of its node budget; Some(None): no assignment obeys the rules.
     fn search(&self, group: &[u64], explain: bool) -> Option<Option<Vec<(u64, u64)>>> {
         let cands: Vec<&Vec<u64>> = group.iter().map(|t| &self.open[t]).collect();
-        let mut s = self.searcher(group, &cands, explain);
+        let mut s = self.searcher(group, &cands, explain, false);
         // Witnesses: for each target and each connection it was not yet seen
         // on, one assignment obeying the rules that puts it there (each found
         // shows every target's connection in it). A target left with one
@@ -261,9 +261,18 @@ impl<'a> Problem<'a> {
             let order = self.floor_order(group, &counted, conn);
             let g: Vec<u64> = order.iter().map(|&i| group[i]).collect();
             let cs: Vec<&Vec<u64>> = order.iter().map(|&i| cands[i]).collect();
-            let mut s = self.searcher(&g, &cs, explain);
-            s.counted = order.iter().map(|&i| counted[i]).collect();
-            let Some(at_least) = s.least(conn) else { continue };
+            let least = |explain: bool| {
+                let mut s = self.searcher(&g, &cs, explain, true);
+                s.counted = order.iter().map(|&i| counted[i]).collect();
+                (s.least(conn), s.out_of_budget)
+            };
+            // No assignment obeys the explained rule from the first tick
+            // (resent bytes past its share): the carried rule alone.
+            let at_least = match least(explain) {
+                (None, false) if explain => least(false).0,
+                (found, _) => found,
+            };
+            let Some(at_least) = at_least else { continue };
             if at_least == 0 {
                 continue;
             }
@@ -355,7 +364,22 @@ impl<'a> Problem<'a> {
 
     /// A search over `group` (its targets' candidates `cands`), ready to
     /// descend; the explained rule prunes only if `explain`.
-    fn searcher<'s>(&'s self, group: &'s [u64], cands: &'s [&'s Vec<u64>], explain: bool) -> Search<'s, 'a> {
+    ///
+    /// Ties (`floors` false) take a connection into the explained rule only
+    /// once every target it ever fed is known (`whole_from`); floors also
+    /// from hystall's first tick for one older than hystall (`known_from`).
+    /// A connection whose resent bytes pass the rule's share can then be
+    /// given another client's target by a wrong assignment that fits (a
+    /// fast one, its bytes explaining the surplus): seen with Hysteria v1
+    /// (`protocols_e2e`), where every connection predates the watch. A tie
+    /// names a target as a connection's own; a floor only counts shared ones.
+    fn searcher<'s>(
+        &'s self,
+        group: &'s [u64],
+        cands: &'s [&'s Vec<u64>],
+        explain: bool,
+        floors: bool,
+    ) -> Search<'s, 'a> {
         let members: Vec<Option<&Target>> = group.iter().map(|t| self.targets.get(t)).collect();
         // The connections the explained rule prunes by, with what their
         // linked targets and every group target that may be theirs took.
@@ -367,7 +391,7 @@ impl<'a> Problem<'a> {
         let explained = if explain { cands.iter().flat_map(|v| v.iter().copied()).collect() } else { BTreeSet::new() };
         for c in explained {
             let Some(series) = self.conns.get(&c) else { continue };
-            let Some(from) = series.known_from else { continue };
+            let Some(from) = (if floors { series.known_from } else { series.whole_from }) else { continue };
             let mine = members.iter().zip(cands.iter()).filter(|(_, v)| v.contains(&c)).filter_map(|(t, _)| *t);
             let set: Vec<&Target> = self.set_of(c, &[]).into_iter().chain(mine).collect();
             let into = set.iter().map(|t| took_between(t, from, self.now)).sum();
@@ -620,6 +644,7 @@ mod tests {
                 s.series.push(Mono((step * 100 + rng.below(90)) * MS), total);
             }
             s.known_from = (rng.below(4) > 0).then_some(Mono(0));
+            s.whole_from = s.known_from;
             s.datagrams = rng.below(2) * rng.below(4) * MARK_BYTES_FOR_TEST;
             conns.insert(c, s);
         }
@@ -660,7 +685,7 @@ mod tests {
     /// with those placed before it on its connection), the explained rule on
     /// each connection that all its possible targets explain.
     fn by_enumeration(p: &Problem, group: &[u64]) -> Vec<(u64, u64)> {
-        let valid = valid_assignments(p, group, false);
+        let valid = valid_assignments(p, group, false, true);
         let mut seen: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); group.len()];
         for pick in &valid {
             for (s, c) in seen.iter_mut().zip(pick) {
@@ -694,18 +719,25 @@ mod tests {
         let order = p.floor_order(group, counted, c);
         let g: Vec<u64> = order.iter().map(|&i| group[i]).collect();
         let k: Vec<bool> = order.iter().map(|&i| counted[i]).collect();
-        valid_assignments(p, &g, at_moments)
-            .iter()
-            .map(|pick| pick.iter().zip(&k).filter(|(x, k)| **x == c && **k).count())
-            .min()
+        let least = |valid: Vec<Vec<u64>>| {
+            valid.iter().map(|pick| pick.iter().zip(&k).filter(|(x, k)| **x == c && **k).count()).min()
+        };
+        // As `floors` does: none obeys the explained rule, the carried rule
+        // alone (not for the loose floors, checked `at_moments`: they have
+        // no such fall-back, and are compared where an assignment obeys).
+        let found = least(valid_assignments(p, &g, at_moments, true));
+        if at_moments { found } else { found.or_else(|| least(valid_assignments(p, &g, false, false))) }
     }
 
     /// Every assignment (a connection per group target) obeying both rules
     /// (the explained rule now, as the search checks it, or `at_moments`
     /// also at the moments the loose floors check it at).
-    fn valid_assignments(p: &Problem, group: &[u64], at_moments: bool) -> Vec<Vec<u64>> {
+    fn valid_assignments(p: &Problem, group: &[u64], at_moments: bool, explain: bool) -> Vec<Vec<u64>> {
         let cands: Vec<&Vec<u64>> = group.iter().map(|t| &p.open[t]).collect();
         let explains = |c: u64, set: &[u64]| {
+            if !explain {
+                return true;
+            }
             let Some(series) = p.conns.get(&c) else { return true };
             let Some(from) = series.known_from else { return true };
             let all = p.set_of(c, set);

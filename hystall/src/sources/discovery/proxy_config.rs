@@ -14,8 +14,12 @@ use serde_json::Value;
 
 /// Inbound types of sing-box that serve QUIC.
 const SING_BOX_QUIC: &[&str] = &["hysteria", "hysteria2", "tuic", "naive"];
-/// Those of them whose server answers each TCP request once it dialled.
-const SING_BOX_ANSWERS: &[&str] = &["hysteria", "hysteria2"];
+/// Those of them whose server answers each TCP request once it dialled
+/// (sing-quic's Hysteria 2 `HandshakeSuccess`). Its Hysteria (v1) inbound
+/// is not among them: with the rule on from the start, the v1 test's starved
+/// client went unflagged in a clean-clone check (its answer does not wait
+/// for the dial, so the asking connection was struck).
+const SING_BOX_ANSWERS: &[&str] = &["hysteria2"];
 
 /// What `pid`'s own configuration says of its QUIC service.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -24,10 +28,11 @@ pub struct Served {
     pub ports: Vec<(u16, String)>,
     /// Every QUIC inbound it names speaks a protocol whose server answers
     /// each TCP request once its target is dialled (Hysteria 2's
-    /// `TCPResponse`, Hysteria's `ServerResponse`), so the attribution's
-    /// reply rule holds for it from the first request (`attribution::reply`):
-    /// sing-box's `hysteria` and `hysteria2` inbounds, the Hysteria server.
-    /// TUIC and naive do not answer: a config naming one leaves this false.
+    /// `TCPResponse`), so the attribution's reply rule holds for it from the
+    /// first request (`attribution::reply`): sing-box's `hysteria2` inbounds,
+    /// the Hysteria (2) server. TUIC, naive and sing-box's Hysteria v1 do not
+    /// (v1's answer does not wait for the dial): a config naming one leaves
+    /// this false, and the rule is learned from the traffic as before.
     pub answers: bool,
 }
 
