@@ -206,7 +206,7 @@ pub enum Observation {
     },
     // Format 5.
     /// The watched processes whose configs say they answer each TCP request
-    /// once its target is dialled (Hysteria, Hysteria 2), replacing the
+    /// once its target is dialled (Hysteria 2), replacing the
     /// previous set (`attribution::reply`).
     Answering {
         at: Mono,

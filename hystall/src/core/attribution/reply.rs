@@ -11,7 +11,7 @@
 //! it (the connect left one connection, or the server's API named it) showed
 //! their connection answered, and it is switched off when answers go missing.
 //! A process whose own config says it serves only protocols that answer
-//! (Hysteria, Hysteria 2: `proxy_config::Served::answers`) starts with the
+//! (Hysteria 2: `proxy_config::Served::answers`) starts with the
 //! rule on, as if it had shown that much: a server (re)started under load,
 //! or clients whose first requests come in the same instant, leave nothing
 //! to learn from before the requests that matter. Answers that go missing
