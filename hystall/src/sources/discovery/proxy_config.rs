@@ -16,9 +16,8 @@ use serde_json::Value;
 const SING_BOX_QUIC: &[&str] = &["hysteria", "hysteria2", "tuic", "naive"];
 /// Those of them whose server answers each TCP request once it dialled
 /// (sing-quic's Hysteria 2 `HandshakeSuccess`). Its Hysteria (v1) inbound
-/// is not among them: with the rule on from the start, the v1 test's starved
-/// client went unflagged in a clean-clone check (its answer does not wait
-/// for the dial, so the asking connection was struck).
+/// is not among them: its server showed no answer in the window after a
+/// dial (`protocols_e2e`'s debug log: every answer `None` or `Unknown`).
 const SING_BOX_ANSWERS: &[&str] = &["hysteria2"];
 
 /// What `pid`'s own configuration says of its QUIC service.
@@ -31,8 +30,8 @@ pub struct Served {
     /// `TCPResponse`), so the attribution's reply rule holds for it from the
     /// first request (`attribution::reply`): sing-box's `hysteria2` inbounds,
     /// the Hysteria (2) server. TUIC, naive and sing-box's Hysteria v1 do not
-    /// (v1's answer does not wait for the dial): a config naming one leaves
-    /// this false, and the rule is learned from the traffic as before.
+    /// (v1 showed no answer after a dial): a config naming one leaves this
+    /// false, and the rule is learned from the traffic as before.
     pub answers: bool,
 }
 

@@ -33,7 +33,7 @@ fn hysteria2_inbounds_answer_requests_and_tuic_and_v1_do_not() {
     let h2 = r#"{"inbounds": [{"type": "hysteria2", "listen_port": 1}, {"type": "mixed", "listen_port": 2}]}"#;
     assert_eq!(sing_box_answers(h2), Some(true));
     let v1 = r#"{"inbounds": [{"type": "hysteria", "listen_port": 1}]}"#;
-    assert_eq!(sing_box_answers(v1), Some(false), "Hysteria v1's answer does not wait for the dial");
+    assert_eq!(sing_box_answers(v1), Some(false), "sing-box's Hysteria v1 showed no answer after a dial");
     // One inbound that does not answer: the rule cannot be assumed for the process.
     let mixed = r#"{"inbounds": [{"type": "hysteria2", "listen_port": 1}, {"type": "tuic", "listen_port": 2}]}"#;
     assert_eq!(sing_box_answers(mixed), Some(false));
